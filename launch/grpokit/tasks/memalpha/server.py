@@ -1,0 +1,317 @@
+"""The kit's memory server: answers questions from a writer's memory through an answer LLM.
+
+API-compatible with ``memory_server.py`` of wangyu-ustc/Mem-alpha (docs/memalpha-notes.md):
+
+- ``GET /health`` -> ``{"status": "healthy", "answer_model": str, "top_k": int, ...}`` (no auth).
+- ``POST /batch_process`` with JSON ``{"memories": [memory, ...], "questions": [[str, ...], ...],
+  "max_tokens": int = 2048, "temperature": float = 0.7, "enable_thinking": bool = false}``;
+  ``memories`` and ``questions`` are non-empty and of the same length; a memory is
+  ``{"core": str | null, "semantic": [{id: text}], "episodic": [{id: text}]}``.
+  Response ``{"result": [[answer, ...], ...], "status": "success", "processed_count": N,
+  "errors": [[null | reason, ...], ...]}``, nested like ``questions``; ``N`` is the number of
+  memories. A failed item (answer-model error, timeout, prompt over budget) gets the answer text
+  ``"Error: <reason>"`` (which scores 0, as in Mem-α) and its reason in ``errors``; the rest of the
+  batch is answered. A bad request gets 400 ``{"error": reason}``; a missing or wrong key 401.
+
+Differences from Mem-α, on purpose: FastAPI + asyncio instead of threaded Flask; one global bound
+(``--concurrency``) on answer calls in flight; explicit timeouts; the answer server's chat endpoint
+(vLLM applies the chat template, ``enable_thinking`` goes in ``chat_template_kwargs``) instead of
+``/v1/completions`` with a locally applied template.
+
+Keys come from the environment only: ``GRPOKIT_MEMORY_SERVER_KEY`` (clients must send
+``Authorization: Bearer <key>``; unset = no auth) and ``GRPOKIT_ANSWER_API_KEY`` (sent to the answer
+server; unset = "EMPTY", as vLLM without ``--api-key`` accepts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import openai
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
+
+from grpokit.tasks.memalpha.prompt import (
+    Memory,
+    PromptTooLongError,
+    TokenCounter,
+    build_prompt,
+    hf_token_counter,
+    parse_memory,
+    regex_token_count,
+)
+
+log = logging.getLogger(__name__)
+
+SERVER_KEY_ENV = "GRPOKIT_MEMORY_SERVER_KEY"
+ANSWER_KEY_ENV = "GRPOKIT_ANSWER_API_KEY"
+
+
+@dataclass(kw_only=True)
+class ServerSettings:
+    """Settings of one memory server process."""
+
+    answer_base_url: str  # OpenAI-compatible base URL of the answer server, ending in /v1
+    answer_model: str  # model name the answer server serves (vLLM --served-model-name)
+    tokenizer: str | None = None  # answer model's tokenizer for the token budget; None = regex count
+    top_k: int = 20  # memory items kept per type (semantic, episodic) before the budget lowers it
+    max_prompt_tokens: int = 30_000  # budget for system prompt + question
+    concurrency: int = 8  # answer calls in flight at once, over all requests
+    timeout_s: float = 60.0  # per answer call (connect, read, write, pool)
+    answer_retries: int = 1  # the OpenAI client's retries of one answer call (429/5xx/connection)
+    server_key: str | None = field(default=None, repr=False)  # clients' bearer key; None = no auth
+    answer_api_key: str | None = field(default=None, repr=False)  # key sent to the answer server
+
+    def __post_init__(self) -> None:
+        for name in ("top_k", "max_prompt_tokens", "concurrency"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ServerSettings.{name} must be >= 1, got {getattr(self, name)}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"ServerSettings.timeout_s must be > 0, got {self.timeout_s}")
+        if self.answer_retries < 0:
+            raise ValueError(f"ServerSettings.answer_retries must be >= 0, got {self.answer_retries}")
+
+    @classmethod
+    def keys_from_env(cls, **kwargs: Any) -> ServerSettings:
+        """Settings with both keys read from the environment (see module doc)."""
+        return cls(
+            server_key=os.environ.get(SERVER_KEY_ENV) or None,
+            answer_api_key=os.environ.get(ANSWER_KEY_ENV) or None,
+            **kwargs,
+        )
+
+
+class BadRequest(ValueError):
+    """A /batch_process body that does not follow the API; the message is the 400 reason."""
+
+
+@dataclass(frozen=True)
+class BatchRequest:
+    memories: list[Memory]
+    questions: list[list[str]]
+    max_tokens: int
+    temperature: float
+    enable_thinking: bool
+
+
+def parse_batch_request(body: Any) -> BatchRequest:
+    """Validate a /batch_process JSON body; raises :class:`BadRequest` naming the bad key."""
+    if not isinstance(body, dict):
+        raise BadRequest("body must be a JSON object with 'memories' and 'questions'")
+    memories, questions = body.get("memories"), body.get("questions")
+    if not memories or not questions:
+        raise BadRequest("both 'memories' and 'questions' are required and must be non-empty lists")
+    if not isinstance(memories, list) or not isinstance(questions, list):
+        raise BadRequest("'memories' and 'questions' must be lists")
+    if len(memories) != len(questions):
+        raise BadRequest(
+            f"'memories' has {len(memories)} entries but 'questions' has {len(questions)}; "
+            "give one list of questions per memory"
+        )
+    for i, qs in enumerate(questions):
+        if not isinstance(qs, list) or not all(isinstance(q, str) for q in qs):
+            raise BadRequest(f"questions[{i}] must be a list of strings")
+    try:
+        parsed = [parse_memory(m, where=f"memories[{i}]") for i, m in enumerate(memories)]
+    except ValueError as e:
+        raise BadRequest(str(e)) from e
+    max_tokens = body.get("max_tokens", 2048)
+    temperature = body.get("temperature", 0.7)
+    enable_thinking = body.get("enable_thinking", False)
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise BadRequest(f"'max_tokens' must be a positive integer, got {max_tokens!r}")
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not 0 <= temperature <= 2:
+        raise BadRequest(f"'temperature' must be a number in [0, 2], got {temperature!r}")
+    if not isinstance(enable_thinking, bool):
+        raise BadRequest(f"'enable_thinking' must be true or false, got {enable_thinking!r}")
+    return BatchRequest(parsed, questions, max_tokens, float(temperature), enable_thinking)
+
+
+class MemoryAnswerer:
+    """Builds prompts and calls the answer model, at most ``settings.concurrency`` calls at once."""
+
+    def __init__(self, settings: ServerSettings, count_tokens: TokenCounter) -> None:
+        self.settings = settings
+        self.count_tokens = count_tokens
+        self.semaphore = asyncio.Semaphore(settings.concurrency)
+        self.client = openai.AsyncOpenAI(
+            base_url=settings.answer_base_url,
+            api_key=settings.answer_api_key or "EMPTY",
+            timeout=httpx.Timeout(settings.timeout_s),
+            max_retries=settings.answer_retries,
+        )
+
+    async def answer(self, memory: Memory, question: str, req: BatchRequest) -> tuple[str, str | None]:
+        """``(answer, None)`` or ``("Error: <reason>", reason)`` for one (memory, question)."""
+        try:
+            # BM25 and the tokenizer are CPU work; keep the event loop free for other requests.
+            prompt = await asyncio.to_thread(
+                build_prompt,
+                memory,
+                question,
+                top_k=self.settings.top_k,
+                max_prompt_tokens=self.settings.max_prompt_tokens,
+                count_tokens=self.count_tokens,
+            )
+        except PromptTooLongError as e:
+            return f"Error: {e}", str(e)
+        try:
+            async with self.semaphore:
+                response = await self.client.chat.completions.create(
+                    model=self.settings.answer_model,
+                    messages=prompt.messages(),
+                    max_tokens=req.max_tokens,
+                    temperature=req.temperature,
+                    extra_body={"chat_template_kwargs": {"enable_thinking": req.enable_thinking}},
+                )
+            content = response.choices[0].message.content if response.choices else None
+            return content or "", None
+        except Exception as e:  # any failure of this one call marks this item only
+            reason = f"answer model call failed: {type(e).__name__}: {e}"
+            log.warning("%s (question %.60r)", reason, question)
+            return f"Error: {reason}", reason
+
+    async def batch(self, req: BatchRequest) -> tuple[list[list[str]], list[list[str | None]]]:
+        jobs = [
+            [self.answer(memory, q, req) for q in qs]
+            for memory, qs in zip(req.memories, req.questions, strict=True)
+        ]
+        flat = await asyncio.gather(*(job for row in jobs for job in row))
+        answers: list[list[str]] = []
+        errors: list[list[str | None]] = []
+        it = iter(flat)
+        for row in jobs:
+            pairs = [next(it) for _ in row]
+            answers.append([a for a, _ in pairs])
+            errors.append([e for _, e in pairs])
+        return answers, errors
+
+
+def _make_auth(server_key: str | None):
+    async def check(request: Request) -> None:
+        if server_key is None:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip(), server_key):
+            raise HTTPException(
+                status_code=401,
+                detail=f"missing or wrong bearer key; send 'Authorization: Bearer <${SERVER_KEY_ENV}>'",
+            )
+
+    return check
+
+
+def create_app(settings: ServerSettings, count_tokens: TokenCounter | None = None) -> FastAPI:
+    """The memory server app. ``count_tokens`` defaults to the tokenizer named in ``settings``
+    (loaded here, so a bad path fails at start) or :func:`regex_token_count`."""
+    if count_tokens is None:
+        count_tokens = hf_token_counter(settings.tokenizer) if settings.tokenizer else regex_token_count
+    answerer = MemoryAnswerer(settings, count_tokens)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await answerer.client.close()
+
+    app = FastAPI(title="grpokit memory server (Mem-α compatible)", lifespan=lifespan)
+    app.state.answerer = answerer
+    auth = _make_auth(settings.server_key)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(_: Request, exc: HTTPException) -> JSONResponse:
+        # Mem-α's clients read {"error": ...}; keep FastAPI's "detail" too.
+        return JSONResponse({"error": exc.detail, "detail": exc.detail}, status_code=exc.status_code)
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {
+            "status": "healthy",
+            "answer_model": settings.answer_model,
+            "tokenizer": settings.tokenizer or "regex",
+            "top_k": settings.top_k,
+            "max_prompt_tokens": settings.max_prompt_tokens,
+            "concurrency": settings.concurrency,
+        }
+
+    @app.post("/batch_process", dependencies=[Depends(auth)])
+    async def batch_process(request: Request) -> JSONResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            return JSONResponse({"error": "body is not valid JSON"}, status_code=400)
+        try:
+            req = parse_batch_request(body)
+        except BadRequest as e:
+            log.info("400 on /batch_process: %s", e)
+            return JSONResponse({"error": str(e)}, status_code=400)
+        start = time.monotonic()
+        answers, errors = await answerer.batch(req)
+        num_failed = sum(e is not None for row in errors for e in row)
+        log.info(
+            "batch_process: %d memories, %d questions, %d failed, %.2fs",
+            len(answers),
+            sum(len(r) for r in answers),
+            num_failed,
+            time.monotonic() - start,
+        )
+        return JSONResponse(
+            {"result": answers, "status": "success", "processed_count": len(answers), "errors": errors}
+        )
+
+    return app
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m grpokit.tasks.memalpha.server",
+        description=f"Mem-α-compatible memory server. Keys from env {SERVER_KEY_ENV} and {ANSWER_KEY_ENV}.",
+    )
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=5005)
+    p.add_argument("--answer-base-url", required=True, help="answer server base URL, e.g. http://h:8000/v1")
+    p.add_argument("--answer-model", required=True, help="served model name of the answer server")
+    p.add_argument(
+        "--tokenizer", default=None, help="answer model tokenizer path/id, or 'none' for regex count"
+    )
+    p.add_argument("--top-k", type=int, default=20)
+    p.add_argument("--max-prompt-tokens", type=int, default=30_000)
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--timeout-s", type=float, default=60.0)
+    p.add_argument("--answer-retries", type=int, default=1)
+    p.add_argument("--log-level", default="INFO")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_arg_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    tokenizer = None if args.tokenizer in (None, "", "none", "None") else args.tokenizer
+    settings = ServerSettings.keys_from_env(
+        answer_base_url=args.answer_base_url,
+        answer_model=args.answer_model,
+        tokenizer=tokenizer,
+        top_k=args.top_k,
+        max_prompt_tokens=args.max_prompt_tokens,
+        concurrency=args.concurrency,
+        timeout_s=args.timeout_s,
+        answer_retries=args.answer_retries,
+    )
+    log.info("memory server settings: %s (client auth %s)", settings, "on" if settings.server_key else "off")
+    import uvicorn
+
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level.lower())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,249 @@
+"""Slurm's view of a list of jobs, from whichever client command answers.
+
+Order: ``squeue`` (jobs slurmctld still holds, ``--states=all`` includes finished ones until
+MinJobAge), then ``scontrol show job -o`` for ids squeue did not list, then ``sacct`` for the rest,
+only when accounting works (it prints "Slurm accounting storage is disabled" otherwise). A missing
+command, a non-zero exit or a timeout is logged and skipped; :func:`job_states` never raises for them.
+
+Job ids are Slurm's display ids: ``"123"`` for a plain job, ``"123_4"`` for task 4 of array job 123
+(what submitit returns and what ``squeue -r`` prints).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+COMMAND_TIMEOUT_S = 20.0
+_SEP = "|"
+
+# Slurm job states (squeue(1) "JOB STATE CODES") grouped into the kit's status words.
+KIT_STATE = {
+    "PENDING": "queued",
+    "CONFIGURING": "queued",
+    "REQUEUED": "queued",
+    "REQUEUE_HOLD": "queued",
+    "REQUEUE_FED": "queued",
+    "RESV_DEL_HOLD": "queued",
+    "SPECIAL_EXIT": "queued",
+    "RUNNING": "running",
+    "COMPLETING": "running",
+    "RESIZING": "running",
+    "SIGNALING": "running",
+    "STAGE_OUT": "running",
+    "SUSPENDED": "running",
+    "STOPPED": "running",
+    "COMPLETED": "completed",
+    "FAILED": "failed",
+    "NODE_FAIL": "failed",
+    "OUT_OF_MEMORY": "failed",
+    "BOOT_FAIL": "failed",
+    "DEADLINE": "timeout",
+    "TIMEOUT": "timeout",
+    "PREEMPTED": "preempted",
+    "CANCELLED": "cancelled",
+    "REVOKED": "cancelled",
+}
+
+
+@dataclass(frozen=True)
+class SlurmJobState:
+    """One job as Slurm reports it.
+
+    job_id: display id (``123`` or ``123_4``). state: Slurm's state name (``RUNNING``, ``PENDING``,
+    ``CANCELLED``, ...). source: the command that answered (squeue, scontrol, sacct).
+    elapsed_s: run time in seconds so far (None when unknown). reason: Slurm's pending/exit reason.
+    nodelist: allocated nodes. exit_code: ``"rc:signal"``. restarts: times requeued (scontrol only).
+    """
+
+    job_id: str
+    state: str
+    source: str
+    elapsed_s: float | None = None
+    reason: str | None = None
+    nodelist: str | None = None
+    exit_code: str | None = None
+    restarts: int | None = None
+
+    @property
+    def kit_state(self) -> str:
+        """queued | running | completed | failed | preempted | timeout | cancelled | unknown."""
+        return KIT_STATE.get(self.state, "unknown")
+
+
+def parse_duration(text: str | None) -> float | None:
+    """Slurm's ``[days-]hours:minutes:seconds`` (or ``MM:SS``) to seconds; None for blanks/INVALID."""
+    if not text or text in ("INVALID", "UNLIMITED", "N/A", "Unknown"):
+        return None
+    days = 0
+    if "-" in text:
+        d, text = text.split("-", 1)
+        days = int(d)
+    parts = [float(p) for p in text.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0.0)
+    h, m, s = parts[-3:]
+    return days * 86400 + h * 3600 + m * 60 + s
+
+
+def expand_array_ids(job_id: str) -> list[str]:
+    """``"120_[1-3,7%2]"`` -> ``["120_1", "120_2", "120_3", "120_7"]``; other ids unchanged."""
+    m = re.fullmatch(r"(\d+)_\[([^\]]+)\]", job_id)
+    if not m:
+        return [job_id]
+    base, spec = m.group(1), m.group(2).split("%", 1)[0]
+    out: list[str] = []
+    for part in spec.split(","):
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            step = 1
+            if ":" in hi:
+                hi, st = hi.split(":", 1)
+                step = int(st)
+            out.extend(f"{base}_{i}" for i in range(int(lo), int(hi) + 1, step))
+        elif part:
+            out.append(f"{base}_{int(part)}")
+    return out
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess | None:
+    """Run a Slurm client; None when it is missing or hangs."""
+    if shutil.which(argv[0]) is None:
+        log.debug("%s not on PATH; skipping", argv[0])
+        return None
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("%s failed: %s", " ".join(argv[:3]), exc)
+        return None
+
+
+SQUEUE_FORMAT = _SEP.join(["%i", "%T", "%M", "%r", "%N"])
+
+
+def parse_squeue(text: str) -> dict[str, SlurmJobState]:
+    """Parse ``squeue -h -r --states=all -o '%i|%T|%M|%r|%N'`` output."""
+    out: dict[str, SlurmJobState] = {}
+    for line in text.splitlines():
+        fields = line.strip().split(_SEP)
+        if len(fields) < 5:
+            continue
+        jid, state, elapsed, reason, nodes = fields[:5]
+        for one in expand_array_ids(jid):
+            out[one] = SlurmJobState(
+                job_id=one,
+                state=state.split()[0],
+                source="squeue",
+                elapsed_s=parse_duration(elapsed),
+                reason=None if reason in ("None", "") else reason,
+                nodelist=nodes or None,
+            )
+    return out
+
+
+def parse_scontrol(text: str) -> dict[str, SlurmJobState]:
+    """Parse ``scontrol show job -o`` output (one ``Key=Value ...`` line per job)."""
+    out: dict[str, SlurmJobState] = {}
+    for line in text.splitlines():
+        if "JobId=" not in line:
+            continue
+        # Values never hold spaces before the next "Key=" except Command/Comment-like free text,
+        # which we do not read; a greedy split on spaces keeps the keys we need intact.
+        kv = dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
+        if "ArrayJobId" in kv and "ArrayTaskId" in kv:
+            ids = expand_array_ids(f"{kv['ArrayJobId']}_[{kv['ArrayTaskId']}]")
+        else:
+            ids = [kv["JobId"]]
+        restarts = kv.get("Restarts")
+        for one in ids:
+            out[one] = SlurmJobState(
+                job_id=one,
+                state=kv.get("JobState", "UNKNOWN"),
+                source="scontrol",
+                elapsed_s=parse_duration(kv.get("RunTime")),
+                reason=None if kv.get("Reason") in (None, "None") else kv["Reason"],
+                nodelist=kv.get("NodeList") or None,
+                exit_code=kv.get("ExitCode"),
+                restarts=int(restarts) if restarts and restarts.isdigit() else None,
+            )
+    return out
+
+
+SACCT_FIELDS = "JobID,State,ElapsedRaw,ExitCode,NodeList,Reason"
+
+
+def parse_sacct(text: str) -> dict[str, SlurmJobState]:
+    """Parse ``sacct -X -n -P --format=JobID,State,ElapsedRaw,ExitCode,NodeList,Reason`` output.
+
+    sacct lists one row per run of a requeued job; the last row (the current run) wins.
+    """
+    out: dict[str, SlurmJobState] = {}
+    for line in text.splitlines():
+        fields = line.strip().split(_SEP)
+        if len(fields) < 6:
+            continue
+        jid, state, elapsed, exit_code, nodes, reason = fields[:6]
+        for one in expand_array_ids(jid):
+            out[one] = SlurmJobState(
+                job_id=one,
+                state=state.split()[0] if state else "UNKNOWN",
+                source="sacct",
+                elapsed_s=float(elapsed) if elapsed.isdigit() else None,
+                reason=None if reason in ("None", "") else reason,
+                nodelist=nodes or None,
+                exit_code=exit_code or None,
+            )
+    return out
+
+
+def _squeue(ids: list[str]) -> dict[str, SlurmJobState]:
+    res = _run(["squeue", "-h", "-r", "--states=all", "-j", ",".join(ids), "-o", SQUEUE_FORMAT])
+    if res is None:
+        return {}
+    if res.returncode != 0:
+        # "Invalid job id specified" when none of the ids is known any more: not an error for us.
+        log.debug("squeue rc=%d: %s", res.returncode, res.stderr.strip())
+        return {}
+    return parse_squeue(res.stdout)
+
+
+def _scontrol(ids: list[str]) -> dict[str, SlurmJobState]:
+    # One call for all jobs slurmctld holds beats one call per id on a sweep of hundreds.
+    res = _run(["scontrol", "show", "job", "-o"])
+    if res is None or res.returncode != 0:
+        if res is not None:
+            log.debug("scontrol rc=%d: %s", res.returncode, res.stderr.strip())
+        return {}
+    return parse_scontrol(res.stdout)
+
+
+def _sacct(ids: list[str]) -> dict[str, SlurmJobState]:
+    res = _run(["sacct", "-X", "-n", "-P", f"--format={SACCT_FIELDS}", "-j", ",".join(ids)])
+    if res is None:
+        return {}
+    if res.returncode != 0 or "accounting storage is disabled" in (res.stderr + res.stdout).lower():
+        log.debug("sacct unusable (rc=%d): %s", res.returncode, res.stderr.strip())
+        return {}
+    return parse_sacct(res.stdout)
+
+
+def job_states(job_ids: list[str]) -> dict[str, SlurmJobState]:
+    """Slurm's state of each job id that any client command knows; unknown ids are left out.
+
+    job_ids: display ids (``"123"``, ``"123_4"``); empty/None entries are ignored.
+    Never raises for a missing command, a failing command or disabled accounting.
+    """
+    wanted = sorted({str(j) for j in job_ids if j})
+    found: dict[str, SlurmJobState] = {}
+    for lookup in (_squeue, _scontrol, _sacct):
+        rest = [j for j in wanted if j not in found]
+        if not rest:
+            break
+        answer = lookup(rest)
+        found.update({j: answer[j] for j in rest if j in answer})
+    return found

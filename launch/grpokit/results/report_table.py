@@ -1,0 +1,115 @@
+"""The comparison table of ``launch/report.py``: one row per sweep point.
+
+Each point's metrics are merged from its attempts (``grpokit.runtime.metrics.merge_attempts``)
+rather than read from ``<run_dir>/metrics.jsonl``, which is only rewritten at the end of an attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+
+from grpokit.results.slurm_state import job_states
+from grpokit.results.summary import (
+    REWARD_KEY,
+    SCORE_KEY,
+    gpu_hours,
+    metrics_summary,
+    point_state,
+    val_acc_keys,
+)
+from grpokit.results.sweep_folder import Sweep
+from grpokit.runtime.metrics import merge_attempts
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SweepReport:
+    """table: one row per point (columns listed in :func:`collect_report`).
+    curves: per point index, a frame with columns step, reward and one column per val-core acc key.
+    """
+
+    sweep: Sweep
+    table: pd.DataFrame
+    curves: dict[int, pd.DataFrame] = field(default_factory=dict)
+
+
+def collect_report(sweep: Sweep, ask_slurm: bool = True, now: datetime | None = None) -> SweepReport:
+    """Summarise every point.
+
+    Columns: ``index``, ``name``, each swept key, ``state``, ``attempts``, then
+    :func:`grpokit.results.summary.metrics_summary`'s keys (``last_step``, ``final_reward_mean``,
+    ``final_acc:<src>``, ``best_acc:<src>``, ``best_acc_step:<src>``, ``final_response_length``,
+    ``final_clip_ratio``, ``mean_step_s``, ``mean_<part>_s``, ``tokens_per_s``,
+    ``throughput_per_gpu``), then ``gpu_hours``, ``job_id``, ``run_dir``.
+    ask_slurm=False skips the Slurm client commands (state then comes from status.json only).
+    """
+    states = job_states([p.job_id for p in sweep.points if p.job_id]) if ask_slurm else {}
+    rows: list[dict] = []
+    curves: dict[int, pd.DataFrame] = {}
+    for p in sweep.points:
+        slurm = states.get(p.job_id) if p.job_id else None
+        df = merge_attempts(p.run_dir)
+        row: dict = {"index": p.index, "name": p.name}
+        row.update({k: p.swept.get(k) for k in sweep.swept_keys})
+        row["state"] = point_state(p, slurm)
+        row["attempts"] = len(p.attempts)
+        row.update(metrics_summary(df))
+        row["gpu_hours"] = gpu_hours(p, slurm, now)
+        row["job_id"] = p.job_id
+        row["run_dir"] = str(p.run_dir)
+        rows.append(row)
+        reward_key = REWARD_KEY if REWARD_KEY in df.columns else SCORE_KEY
+        keep = ["step"] + [k for k in (reward_key, *val_acc_keys(df.columns)) if k in df.columns]
+        curve = df[keep].rename(columns={reward_key: "reward"})
+        curves[p.index] = curve
+    table = pd.DataFrame.from_records(rows)
+    # Put the accuracy columns right after the reward, whatever order the points introduced them in.
+    fixed_head = ["index", "name", *sweep.swept_keys, "state", "attempts", "last_step", "final_reward_mean"]
+    acc_cols = sorted(c for c in table.columns if c.split(":")[0] in ("final_acc", "best_acc", "best_acc_step"))
+    tail = [c for c in table.columns if c not in fixed_head and c not in acc_cols]
+    table = table[[c for c in fixed_head if c in table.columns] + acc_cols + tail]
+    return SweepReport(sweep=sweep, table=table, curves=curves)
+
+
+def write_tables(report: SweepReport, out_dir: Path) -> tuple[Path, Path]:
+    """Write ``report.csv`` and ``report.md`` under out_dir; returns both paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path, md_path = out_dir / "report.csv", out_dir / "report.md"
+    report.table.to_csv(csv_path, index=False)
+    md_cols = [c for c in report.table.columns if c not in ("run_dir",)]
+    # Format cells ourselves: tabulate would re-parse ids such as "999999" as numbers.
+    cells = report.table[md_cols].map(_md_cell)
+    body = cells.to_markdown(index=False, disable_numparse=True)
+    md_path.write_text(f"# Sweep {report.sweep.name}\n\n{body}\n")
+    return csv_path, md_path
+
+
+def _md_cell(v) -> str:
+    if is_missing(v):
+        return ""
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def tensorboard_command(sweep: Sweep) -> str:
+    """One TensorBoard command for the whole sweep: TensorBoard finds every attempt's
+    ``attempts/<k>/tensorboard`` below the sweep folder and names runs by their relative path."""
+    return f"tensorboard --logdir {sweep.path.resolve()}"
+
+
+def first_acc_column(table: pd.DataFrame, kind: str = "final_acc") -> str | None:
+    """The first ``<kind>:<src>`` column, or None when no point logged validation accuracy."""
+    cols = sorted(c for c in table.columns if c.startswith(kind + ":"))
+    return cols[0] if cols else None
+
+
+def is_missing(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))

@@ -1,0 +1,150 @@
+"""The rows of ``launch/status.py``: one per sweep point, and their rich rendering.
+
+Reads only files (docs/run-folder.md) and Slurm's client commands, so it runs on the login node
+while the jobs write.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from grpokit.results.slurm_state import SlurmJobState, job_states
+from grpokit.results.summary import last_reward, point_state, val_acc_keys
+from grpokit.results.sweep_folder import Point, Sweep, attempt_elapsed_s
+from grpokit.runtime.metrics import merge_attempts
+
+log = logging.getLogger(__name__)
+
+STATE_STYLE = {
+    "queued": "yellow",
+    "running": "cyan",
+    "completed": "green",
+    "failed": "bold red",
+    "preempted": "magenta",
+    "timeout": "red",
+    "cancelled": "dim",
+    "skipped": "dim",
+    "not submitted": "dim",
+    "unknown": "dim",
+}
+
+
+@dataclass
+class StatusRow:
+    """One point's line. Steps are verl global steps; elapsed_s sums all attempts (seconds);
+    val_acc is the last ``val-core/<src>/acc/mean@1`` of the first data source (NaN when none)."""
+
+    index: int
+    name: str
+    swept: dict
+    job_id: str | None
+    state: str
+    attempts: int
+    step: int | None
+    target_step: int | None
+    last_reward: float
+    val_acc: float
+    elapsed_s: float | None
+    reason: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def fraction(self) -> float:
+        """Progress in [0, 1]; 0 when the target is unknown."""
+        if not self.target_step or self.step is None:
+            return 0.0
+        return max(0.0, min(1.0, self.step / self.target_step))
+
+
+def status_row(point: Point, slurm: SlurmJobState | None, now: datetime | None = None) -> StatusRow:
+    """Build one point's row from its status.json, merged metrics and Slurm's answer."""
+    status = point.status or {}
+    df = merge_attempts(point.run_dir)
+    metric_step = int(df["step"].max()) if len(df) else None
+    steps = [s for s in (status.get("last_step"), metric_step) if s is not None]
+    acc_keys = val_acc_keys(df.columns)
+    val_acc = math.nan
+    if acc_keys:
+        s = df[acc_keys[0]].dropna()
+        val_acc = float(s.iloc[-1]) if len(s) else math.nan
+    attempts = point.attempts
+    elapsed: float | None = None
+    if attempts:
+        elapsed = sum(attempt_elapsed_s(a, now) or 0.0 for a in attempts)
+    elif slurm is not None and slurm.elapsed_s:
+        elapsed = slurm.elapsed_s
+    reason = status.get("reason") or (slurm.reason if slurm else None)
+    return StatusRow(
+        index=point.index,
+        name=point.name,
+        swept=point.swept,
+        job_id=point.job_id,
+        state=point_state(point, slurm),
+        attempts=len(attempts),
+        step=max(steps) if steps else None,
+        target_step=status.get("target_step"),
+        last_reward=last_reward(df),
+        val_acc=val_acc,
+        elapsed_s=elapsed,
+        reason=reason,
+    )
+
+
+def collect_rows(sweep: Sweep, now: datetime | None = None) -> list[StatusRow]:
+    """Rows for every point; Slurm is asked once for all job ids."""
+    states = job_states([p.job_id for p in sweep.points if p.job_id])
+    return [status_row(p, states.get(p.job_id) if p.job_id else None, now) for p in sweep.points]
+
+
+def format_duration(seconds: float | None) -> str:
+    """Seconds to ``[Dd ]HH:MM:SS``; ``-`` when unknown."""
+    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
+        return "-"
+    s = int(round(seconds))
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    return (f"{d}d " if d else "") + f"{h:02d}:{m:02d}:{s:02d}"
+
+
+def _num(v: float, fmt: str = "{:.3f}") -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt.format(v)
+
+
+def render_table(sweep: Sweep, rows: list[StatusRow]) -> Table:
+    """A rich Table: #, name, swept values, job, state, attempts, step/target, progress bar,
+    last reward, val acc, elapsed."""
+    table = Table(title=f"sweep {sweep.name} ({len(rows)} points)", expand=False)
+    table.add_column("#", justify="right")
+    table.add_column("point")
+    for key in sweep.swept_keys:
+        table.add_column(key.split(".")[-1], justify="right", overflow="fold")
+    for col in ("job", "state", "att"):
+        table.add_column(col)
+    table.add_column("step", justify="right")
+    table.add_column("progress", width=22)
+    table.add_column("reward", justify="right")
+    table.add_column("val acc", justify="right")
+    table.add_column("elapsed", justify="right")
+    for r in rows:
+        table.add_row(
+            str(r.index),
+            r.name,
+            *[str(r.swept.get(k, "")) for k in sweep.swept_keys],
+            r.job_id or "-",
+            Text(r.state, style=STATE_STYLE.get(r.state, "")),
+            str(r.attempts),
+            f"{r.step if r.step is not None else '-'}/{r.target_step if r.target_step else '?'}",
+            ProgressBar(total=1.0, completed=r.fraction, width=20),
+            _num(r.last_reward),
+            _num(r.val_acc),
+            format_duration(r.elapsed_s),
+        )
+    return table

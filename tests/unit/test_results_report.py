@@ -1,0 +1,320 @@
+"""status.py / report.py tables against synthetic sweep folders written per docs/run-folder.md."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import pandas as pd
+import pytest
+from grpokit.results import report_table, status_table
+from grpokit.results.report_table import collect_report, write_tables
+from grpokit.results.slurm_state import SlurmJobState
+from grpokit.results.status_table import collect_rows, render_table
+from grpokit.results.sweep_folder import load_sweep
+from PIL import Image
+from rich.console import Console
+
+REPO = Path(__file__).resolve().parents[2]
+ACC = "val-core/openai/gsm8k/acc/mean@1"
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def iso(t: datetime) -> str:
+    return t.isoformat()
+
+
+def metrics_line(step: int, scale: float, val: bool) -> dict:
+    data = {
+        "critic/rewards/mean": scale * step / 10,
+        "critic/score/mean": scale * step / 10,
+        "response_length/mean": 100.0 + step,
+        "response_length/clip_ratio": 0.01 * step,
+        "timing_s/step": 10.0,
+        "timing_s/gen": 6.0,
+        "timing_s/update_actor": 3.0,
+        "perf/total_num_tokens": 5000.0,
+        "perf/throughput": 250.0,
+        "training/global_step": step,
+    }
+    if val:
+        data[ACC] = scale * step / 20
+    return {"step": step, "data": data}
+
+
+def write_point(
+    sweep: Path,
+    index: int,
+    swept: dict,
+    attempts: list[tuple[int, int, float]],
+    state: str,
+    target: int,
+    gpus: int = 2,
+    ended_by: list[str] | None = None,
+    job_id: str | None = None,
+    test_freq: int = 2,
+) -> dict:
+    """A run folder: status.json plus attempts/<k>/metrics.jsonl; returns the manifest entry.
+
+    attempts: (first_step, last_step, value scale) per attempt, each lasting 600 s.
+    """
+    slug = "_".join(f"{k.split('.')[-1]}{v}" for k, v in swept.items())
+    name = f"{index:03d}_{slug}"
+    run = sweep / name
+    entries = []
+    for k, (first, last, scale) in enumerate(attempts, start=1):
+        folder = run / "attempts" / str(k)
+        folder.mkdir(parents=True)
+        lines = [metrics_line(s, scale, val=(s % test_freq == 0)) for s in range(first, last + 1)]
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+        start = T0 + timedelta(seconds=1000 * k)
+        entries.append(
+            {
+                "attempt": k,
+                "start": iso(start),
+                "end": iso(start + timedelta(seconds=600)),
+                "ended_by": (ended_by or ["preempted"] * (len(attempts) - 1) + ["completed"])[k - 1],
+                "slurm_state": "",
+                "exit_code": 0,
+                "first_step": first,
+                "last_step": last,
+                "elapsed_s": 600.0,
+            }
+        )
+    status = {
+        "state": state,
+        "reason": "test",
+        "exit_code": 0,
+        "target_step": target,
+        "last_step": attempts[-1][1] if attempts else 0,
+        "slurm": {
+            "job_id": job_id,
+            "array_job_id": None,
+            "array_task_id": None,
+            "restart_count": 0,
+            "nodelist": "node1",
+            "gpus": gpus,
+        },
+        "attempts": entries,
+        "updated": iso(T0),
+    }
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "status.json").write_text(json.dumps(status))
+    return {
+        "index": index,
+        "name": name,
+        "overrides": [f"{k}={v}" for k, v in swept.items()],
+        "swept": swept,
+        "run_dir": str(run),
+        "job_id": job_id,
+        "array_job_id": None,
+        "array_task_id": None,
+        "submitted": iso(T0),
+    }
+
+
+LR, KL = "actor_rollout_ref.actor.optim.lr", "algorithm.kl_ctrl.kl_coef"
+
+
+@pytest.fixture
+def sweep_dir(tmp_path) -> Path:
+    sweep = tmp_path / "logs" / "demo"
+    sweep.mkdir(parents=True)
+    points = [
+        # Completed in one attempt.
+        write_point(sweep, 0, {LR: 1e-6, KL: 0.0}, [(1, 10, 1.0)], "completed", 10),
+        # Preempted at step 7, resumed from the step-4 checkpoint: steps 5-7 re-run with scale 2.
+        write_point(sweep, 1, {LR: 1e-6, KL: 0.1}, [(1, 7, 1.0), (5, 10, 2.0)], "completed", 10),
+        # Three attempts, failed in the last.
+        write_point(
+            sweep,
+            2,
+            {LR: 2e-6, KL: 0.0},
+            [(1, 4, 1.0), (3, 6, 3.0), (5, 8, 0.5)],
+            "failed",
+            10,
+            ended_by=["timeout", "preempted", "failed"],
+        ),
+        # Queued, never started.
+        write_point(sweep, 3, {LR: 2e-6, KL: 0.1}, [], "pending", 10, job_id="999999"),
+    ]
+    manifest = {
+        "sweep": "demo",
+        "created": iso(T0),
+        "experiment": "gsm8k_grpo",
+        "cluster": "local",
+        "swept_keys": [LR, KL],
+        "points": points,
+    }
+    (sweep / "manifest.json").write_text(json.dumps(manifest))
+    return sweep
+
+
+def expected_merged(attempts: list[tuple[int, int, float]]) -> dict[int, tuple[int, float]]:
+    """step -> (attempt, scale) with the latest attempt winning: the reference the tables must match."""
+    out = {}
+    for k, (first, last, scale) in enumerate(attempts, start=1):
+        for s in range(first, last + 1):
+            out[s] = (k, scale)
+    return out
+
+
+def test_report_values_match_metrics_files(sweep_dir):
+    rep = collect_report(load_sweep(sweep_dir), ask_slurm=False)
+    t = rep.table.set_index("index")
+    src = "openai/gsm8k"
+    # Point 1: final step 10 from attempt 2 (scale 2).
+    assert t.loc[1, "last_step"] == 10
+    assert t.loc[1, "final_reward_mean"] == pytest.approx(2.0 * 10 / 10)
+    assert t.loc[1, f"final_acc:{src}"] == pytest.approx(2.0 * 10 / 20)
+    assert t.loc[1, f"best_acc:{src}"] == pytest.approx(1.0)
+    # Point 2: steps 3-4 come from attempt 2, 5-8 from attempt 3 (scale 0.5); the best accuracy is at
+    # step 6? No: step 6 was re-run by attempt 3 (0.5*6/20); the best is step 4 of attempt 2 (3*4/20).
+    merged = expected_merged([(1, 4, 1.0), (3, 6, 3.0), (5, 8, 0.5)])
+    accs = {s: sc * s / 20 for s, (_, sc) in merged.items() if s % 2 == 0}
+    best_step = max(accs, key=accs.get)
+    assert t.loc[2, f"best_acc:{src}"] == pytest.approx(accs[best_step])
+    assert t.loc[2, f"best_acc_step:{src}"] == best_step == 4
+    assert t.loc[2, f"final_acc:{src}"] == pytest.approx(0.5 * 8 / 20)
+    assert t.loc[2, "final_response_length"] == pytest.approx(108.0)
+    assert t.loc[2, "final_clip_ratio"] == pytest.approx(0.08)
+    assert t.loc[2, "mean_step_s"] == pytest.approx(10.0)
+    assert t.loc[2, "mean_gen_s"] == pytest.approx(6.0)
+    assert t.loc[2, "tokens_per_s"] == pytest.approx(500.0)
+    assert t.loc[2, "throughput_per_gpu"] == pytest.approx(250.0)
+    # Attempts and GPU hours: 3 attempts x 600 s x 2 GPUs.
+    assert t.loc[2, "attempts"] == 3
+    assert t.loc[2, "gpu_hours"] == pytest.approx(3 * 600 * 2 / 3600)
+    assert t.loc[2, "state"] == "failed"
+    assert t.loc[1, "state"] == "completed" and t.loc[1, "attempts"] == 2
+    # Point 3 never ran.
+    assert t.loc[3, "state"] == "queued" and t.loc[3, "attempts"] == 0 and math.isnan(t.loc[3, "last_step"])
+    assert t.loc[3, "gpu_hours"] == 0.0
+    # Swept values are columns.
+    assert t.loc[2, LR] == 2e-6 and t.loc[1, KL] == 0.1
+    # Curves hold the merged series.
+    c = rep.curves[2].set_index("step")
+    assert c.loc[6, "reward"] == pytest.approx(0.5 * 6 / 10)
+    assert c.loc[4, "reward"] == pytest.approx(3.0 * 4 / 10)
+
+
+def test_report_tables_written(sweep_dir, tmp_path):
+    rep = collect_report(load_sweep(sweep_dir), ask_slurm=False)
+    csv_path, md_path = write_tables(rep, tmp_path / "out")
+    csv = pd.read_csv(csv_path)
+    assert len(csv) == 4 and csv.loc[csv["index"] == 1, "final_reward_mean"].item() == pytest.approx(2.0)
+    md = md_path.read_text()
+    assert md.startswith("# Sweep demo")
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in md.splitlines() if line.startswith("|")]
+    header, body = rows[0], rows[2:]
+    assert len(body) == 4
+    by_index = {r[header.index("index")]: dict(zip(header, r, strict=True)) for r in body}
+    assert by_index["1"]["final_reward_mean"] == "2"
+    assert by_index["2"]["final_acc:openai/gsm8k"] == "0.2"
+    assert by_index["3"]["job_id"] == "999999" and by_index["3"]["final_reward_mean"] == ""
+
+
+def load_cli(name: str):
+    spec = importlib.util.spec_from_file_location(f"grpokit_cli_{name}", REPO / "launch" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_report_cli_writes_plots_that_open(sweep_dir, capsys):
+    report = load_cli("report")
+    assert report.main([str(sweep_dir), "--no-slurm"]) == 0
+    out = capsys.readouterr().out
+    assert f"tensorboard --logdir {sweep_dir.resolve()}" in out
+    curves, heat = sweep_dir / "report" / "curves.png", sweep_dir / "report" / "heatmap.png"
+    for png in (curves, heat):
+        img = mpimg.imread(png)
+        assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100
+        with Image.open(png) as im:
+            im.verify()
+            assert im.format == "PNG"
+    # The heatmap is not a blank canvas: several colours are drawn.
+    assert len({tuple(px) for px in mpimg.imread(heat).reshape(-1, 4)[::97]}) > 10
+
+
+def test_heatmap_frame_values(sweep_dir):
+    from grpokit.results.plots import heatmap_frame
+
+    rep = collect_report(load_sweep(sweep_dir), ask_slurm=False)
+    grid = heatmap_frame(rep.table, LR, KL, "final_acc:openai/gsm8k")
+    assert grid.loc[0.1, 1e-6] == pytest.approx(1.0)
+    assert grid.loc[0.0, 2e-6] == pytest.approx(0.2)
+    assert math.isnan(grid.loc[0.1, 2e-6])  # the queued point has no accuracy yet
+    with pytest.raises(ValueError, match="no column"):
+        heatmap_frame(rep.table, "nope", KL, "final_acc:openai/gsm8k")
+
+
+def test_report_cli_rejects_unknown_heatmap_axis(sweep_dir, capsys):
+    report = load_cli("report")
+    assert report.main([str(sweep_dir), "--no-slurm", "--heatmap", LR, "trainer.nope"]) == 2
+    assert "not swept keys" in capsys.readouterr().err
+
+
+def test_report_cli_on_a_run_folder_explains(sweep_dir, capsys):
+    report = load_cli("report")
+    assert report.main([str(sweep_dir / "000_lr1e-06_kl_coef0.0"), "--no-slurm"]) == 2
+    assert "pass a sweep folder" in capsys.readouterr().err
+
+
+def test_status_rows_match_files(sweep_dir, monkeypatch):
+    monkeypatch.setattr(status_table, "job_states", lambda ids: {})
+    rows = {r.index: r for r in collect_rows(load_sweep(sweep_dir))}
+    assert rows[1].step == 10 and rows[1].target_step == 10 and rows[1].attempts == 2
+    assert rows[1].last_reward == pytest.approx(2.0) and rows[1].val_acc == pytest.approx(1.0)
+    assert rows[1].fraction == 1.0 and rows[1].elapsed_s == 1200.0
+    assert rows[2].step == 8 and rows[2].fraction == pytest.approx(0.8) and rows[2].state == "failed"
+    assert rows[2].last_reward == pytest.approx(0.5 * 8 / 10)
+    assert rows[3].state == "queued" and rows[3].step == 0 and rows[3].attempts == 0
+
+
+def test_status_prefers_live_slurm_state(sweep_dir, monkeypatch):
+    live = {"999999": SlurmJobState("999999", "RUNNING", "squeue", elapsed_s=42.0)}
+    monkeypatch.setattr(status_table, "job_states", lambda ids: {j: live[j] for j in ids if j in live})
+    rows = {r.index: r for r in collect_rows(load_sweep(sweep_dir))}
+    assert rows[3].state == "running" and rows[3].elapsed_s == 42.0
+
+
+def test_status_table_renders(sweep_dir, monkeypatch):
+    monkeypatch.setattr(status_table, "job_states", lambda ids: {})
+    sweep = load_sweep(sweep_dir)
+    console = Console(width=200, record=True)
+    console.print(render_table(sweep, collect_rows(sweep)))
+    text = console.export_text()
+    assert "sweep demo (4 points)" in text
+    assert "10/10" in text and "8/10" in text and "queued" in text and "00:30:00" in text
+
+
+def test_status_cli_real_slurm_or_none(sweep_dir, capsys):
+    # Runs the real lookup: with or without a cluster the command must answer.
+    status = load_cli("status")
+    assert status.main([str(sweep_dir), "--width", "220"]) == 0
+    assert "sweep demo" in capsys.readouterr().out
+
+
+def test_gpu_hours_of_running_attempt_uses_slurm_runtime(sweep_dir):
+    from grpokit.results.summary import gpu_hours
+
+    sweep = load_sweep(sweep_dir)
+    p = sweep.points[0]
+    p.status["attempts"].append({"attempt": 2, "start": iso(T0), "end": None, "elapsed_s": None})
+    slurm = SlurmJobState("1", "RUNNING", "squeue", elapsed_s=1800.0)
+    assert gpu_hours(p, slurm) == pytest.approx((600 + 1800) * 2 / 3600)
+    # Without Slurm's answer, now - start counts.
+    assert gpu_hours(p, None, now=T0 + timedelta(seconds=3600)) == pytest.approx((600 + 3600) * 2 / 3600)
+
+
+def test_report_uses_slurm_when_asked(sweep_dir, monkeypatch):
+    monkeypatch.setattr(report_table, "job_states", lambda ids: {"999999": SlurmJobState("999999", "RUNNING", "x")})
+    t = collect_report(load_sweep(sweep_dir)).table.set_index("index")
+    assert t.loc[3, "state"] == "running"

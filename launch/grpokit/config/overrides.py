@@ -1,0 +1,80 @@
+"""Turn the kit's ``verl:`` node into verl's own command-line overrides.
+
+The kit's ``verl:`` node starts as verl's complete default config (see :mod:`grpokit.config.store`),
+so only the leaves that an experiment, a hardware profile or the command line changed are emitted,
+each as ``key=value`` in Hydra's override grammar; a key verl does not have (``override_config.*``,
+``engine_kwargs.vllm.*``, ``reward_kwargs.*``) is emitted as ``+key=value``, as verl requires.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from grpokit.config.verl_schema import verl_base
+
+_PLAIN = re.compile(r"^[A-Za-z_/][\w./:@-]*$")
+_KEYWORDS = {"true", "false", "null", "none", "inf", "nan"}
+
+
+def format_value(value: Any) -> str:
+    """Render a Python value in Hydra's override grammar (``[a,b]``, ``{k:v}``, quoted strings).
+
+    Example: ``format_value(["console", "tensorboard"]) == "[console,tensorboard]"``.
+    """
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(format_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{format_value(v)}" for k, v in value.items()) + "}"
+    text = str(value)
+    if _PLAIN.match(text) and text.lower() not in _KEYWORDS:
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _leaves(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(node, dict) and node:
+        for key, value in node.items():
+            yield from _leaves(value, f"{prefix}{key}.")
+    else:
+        yield prefix[:-1], node
+
+
+def flat_base() -> dict[str, Any]:
+    """verl's defaults as ``{dotted.key: unresolved value}``."""
+    return dict(_leaves(OmegaConf.to_container(verl_base(), resolve=False)))
+
+
+def verl_overrides(cfg: DictConfig) -> list[str]:
+    """The overrides that turn verl's defaults into this point's ``cfg.verl``.
+
+    Args:
+        cfg: the composed kit config; ``cfg.verl`` holds verl's keys. Kit interpolations
+            (``${kit_mul:...}``, ``${experiment.data_dir}``) are resolved leaf by leaf; verl's own
+            interpolations are never resolved here (verl resolves them itself).
+
+    Returns:
+        Overrides in a stable (sorted) order, e.g. ``["data.train_batch_size=8",
+        "+actor_rollout_ref.model.override_config.attn_implementation=eager"]``.
+    """
+    base = flat_base()
+    raw = dict(_leaves(OmegaConf.to_container(cfg.verl, resolve=False)))
+    out: list[str] = []
+    for key in sorted(raw):
+        if key in base and raw[key] == base[key]:
+            continue
+        value = OmegaConf.select(cfg, f"verl.{key}", throw_on_missing=True)
+        if OmegaConf.is_config(value):
+            value = OmegaConf.to_container(value, resolve=True)
+        prefix = "" if key in base else "+"
+        out.append(f"{prefix}{key}={format_value(value)}")
+    return out

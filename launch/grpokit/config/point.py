@@ -1,0 +1,135 @@
+"""One sweep point: everything the job needs, as plain data that pickles and serialises to JSON.
+
+The same :class:`PointSpec` is built on every path (the sweep's launcher, ``sbatch
+slurm/train.sbatch``, a local run) from a composed kit config, and it is the only argument the
+in-job driver receives.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from grpokit.config.overrides import verl_overrides
+
+_SLUG = re.compile(r"[^A-Za-z0-9.]+")
+
+
+@dataclasses.dataclass(kw_only=True)
+class PointSpec:
+    """A resolved sweep point.
+
+    Attributes:
+        sweep_name: the sweep folder's name under ``logs_root``.
+        index: the point's number in the sweep (0-based).
+        name: ``NNN_<swept values>``, the run folder's name and verl's ``trainer.experiment_name``.
+        run_dir: absolute path of the run folder (docs/run-folder.md).
+        checkpoint_dir: verl's ``trainer.default_local_dir`` for this point.
+        kit_overrides: the command-line overrides that made this point.
+        swept: ``{key: value}`` of the swept keys only.
+        verl_overrides: verl's command-line overrides (``key=value`` / ``+key=value``).
+        experiment, model, cluster, runtime, sidecars: the resolved kit sections.
+    """
+
+    sweep_name: str
+    index: int
+    name: str
+    run_dir: str
+    checkpoint_dir: str
+    kit_overrides: list[str]
+    swept: dict[str, Any]
+    verl_overrides: list[str]
+    experiment: dict[str, Any]
+    model: dict[str, Any]
+    cluster: dict[str, Any]
+    runtime: dict[str, Any]
+    sidecars: dict[str, Any]
+    hardware: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, default=str)
+
+    @classmethod
+    def from_json(cls, text: str) -> PointSpec:
+        return cls(**json.loads(text))
+
+    def verl_value(self, key: str) -> Any:
+        """The emitted value of a verl key, as text (``None`` when the point leaves verl's default)."""
+        for item in self.verl_overrides:
+            k, _, v = item.lstrip("+").partition("=")
+            if k == key:
+                return v
+        return None
+
+
+def point_name(index: int, swept: dict[str, Any]) -> str:
+    """``NNN`` plus the swept values, e.g. ``003_train_batch_size-16_n-4``."""
+    parts = [f"{k.rsplit('.', 1)[-1]}-{v}" for k, v in swept.items()]
+    slug = _SLUG.sub("-", "_".join(parts)).strip("-")[:120]
+    return f"{index:03d}_{slug}" if slug else f"{index:03d}"
+
+
+def _section(cfg: DictConfig, key: str) -> dict[str, Any]:
+    node = OmegaConf.select(cfg, key)
+    return OmegaConf.to_container(node, resolve=True) if node is not None else {}
+
+
+def trainer_gpus_per_node(cfg: DictConfig) -> int:
+    """GPUs per node left to the trainer once sidecars with ``placement: dedicated`` took theirs."""
+    sidecars = OmegaConf.to_container(cfg.get("sidecars") or {}, resolve=True)
+    dedicated = sum(int(s.get("gpus", 1)) for s in sidecars.values() if s.get("placement") == "dedicated")
+    return int(cfg.cluster.gpus_per_node) - dedicated
+
+
+def build_point(
+    cfg: DictConfig,
+    *,
+    index: int,
+    kit_overrides: list[str],
+    swept: dict[str, Any],
+    run_dir: Path | None = None,
+) -> PointSpec:
+    """Build the spec of one point from its composed kit config.
+
+    Args:
+        cfg: the composed kit config (``configs/config.yaml`` plus this point's overrides).
+        index: the point's number in the sweep.
+        kit_overrides: the overrides that made the point (recorded in the manifest).
+        swept: the swept keys' values for this point (names the run folder).
+        run_dir: the run folder; default ``<logs_root>/<sweep_name>/<name>``.
+    """
+    name = point_name(index, swept)
+    sweep_name = str(cfg.sweep_name)
+    run_dir = Path(run_dir) if run_dir else Path(str(cfg.logs_root)) / sweep_name / name
+    ckpt_root = cfg.get("checkpoint_root")
+    checkpoint_dir = Path(str(ckpt_root)) / sweep_name / name if ckpt_root else run_dir / "checkpoints"
+    runtime_overrides = [
+        f"trainer.default_local_dir={checkpoint_dir}",
+        f"trainer.project_name={sweep_name}",
+        f"trainer.experiment_name={name}",
+        f"trainer.nnodes={int(cfg.cluster.nodes)}",
+        f"trainer.n_gpus_per_node={trainer_gpus_per_node(cfg)}",
+    ]
+    runtime_keys = {o.split("=", 1)[0] for o in runtime_overrides}
+    emitted = [o for o in verl_overrides(cfg) if o.lstrip("+").split("=", 1)[0] not in runtime_keys]
+    return PointSpec(
+        sweep_name=sweep_name,
+        index=index,
+        name=name,
+        run_dir=str(run_dir.resolve()),
+        checkpoint_dir=str(checkpoint_dir.resolve()),
+        kit_overrides=list(kit_overrides),
+        swept=dict(swept),
+        verl_overrides=emitted + runtime_overrides,
+        experiment=_section(cfg, "experiment"),
+        model=_section(cfg, "model"),
+        cluster=_section(cfg, "cluster"),
+        runtime=_section(cfg, "runtime"),
+        sidecars=_section(cfg, "sidecars"),
+        hardware=_section(cfg, "hardware"),
+    )

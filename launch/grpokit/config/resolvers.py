@@ -1,0 +1,36 @@
+"""OmegaConf resolvers the kit's YAML uses to derive settings from the swept ones.
+
+Derived settings are written as interpolations in ``configs/experiment/*.yaml`` (for example
+``max_num_seqs: ${kit_mul:${verl.data.train_batch_size},${verl.actor_rollout_ref.rollout.n}}``),
+so a swept value flows into every setting that depends on it while an explicit override, which
+replaces the interpolation, still wins.
+"""
+
+from __future__ import annotations
+
+import math
+
+from omegaconf import OmegaConf
+
+from grpokit.paths import REPO_ROOT, package_file
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return int(math.ceil(int(value) / int(multiple)) * int(multiple))
+
+
+_RESOLVERS = {
+    "kit_add": lambda *xs: sum(int(x) for x in xs),
+    "kit_mul": lambda *xs: math.prod(int(x) for x in xs),
+    "kit_min": lambda *xs: min(int(x) for x in xs),
+    "kit_round_up": _round_up,
+    "kit_repo_root": lambda: str(REPO_ROOT),
+    "kit_package_file": lambda rel: str(package_file(rel)),
+}
+
+
+def register() -> None:
+    """Register the kit's resolvers once per process (idempotent)."""
+    for name, fn in _RESOLVERS.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn)

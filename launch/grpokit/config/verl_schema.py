@@ -1,0 +1,52 @@
+"""verl's own trainer configuration, composed from the installed package.
+
+The kit never copies verl's schema: it composes ``verl/trainer/config/ppo_trainer.yaml`` from the
+installed wheel with Hydra's compose API, so a verl upgrade changes the schema in one place.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig
+
+#: verl's trainer config name (``python -m verl.trainer.main_ppo`` uses the same).
+VERL_CONFIG_NAME = "ppo_trainer"
+
+
+def verl_config_dir() -> Path:
+    """The ``trainer/config`` folder of the installed verl."""
+    import verl
+
+    return Path(os.path.dirname(verl.__file__)) / "trainer" / "config"
+
+
+def compose_verl(overrides: list[str]) -> DictConfig:
+    """Compose verl's ``ppo_trainer`` config with ``overrides`` (Hydra override grammar).
+
+    Works on a machine without a GPU. Runs outside any running Hydra app: a global Hydra
+    instance (the sweep's) is saved and restored around the call.
+
+    Raises:
+        hydra.errors.ConfigCompositionException: an override names a key verl does not have
+            (verl's message: "Could not override ... To append use +key") or has a bad value.
+    """
+    saved = GlobalHydra.instance().hydra if GlobalHydra.instance().is_initialized() else None
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
+            return compose(VERL_CONFIG_NAME, overrides=list(overrides))
+    finally:
+        GlobalHydra.instance().clear()
+        if saved is not None:
+            GlobalHydra.instance().initialize(saved)
+
+
+@functools.lru_cache(maxsize=1)
+def verl_base() -> DictConfig:
+    """verl's defaults, unresolved (interpolations kept as written in verl's YAML)."""
+    return compose_verl([])

@@ -1,0 +1,183 @@
+"""The job's own Ray cluster: one head on the job's first node, one worker per other node.
+
+Failure modes this avoids (docs/field-failures.md): two heads on one node fighting over fixed ports
+(ray#10154, ports come from :mod:`grpokit.runtime.ports`); ``ray stop`` killing another job's Ray
+(ray#43449, only this job's process trees are stopped); joining a stale cluster found in
+``/tmp/ray`` (the address is pinned with ``RAY_ADDRESS``); every host name in the head variable
+(verl#548, the head is the first host of ``scontrol show hostnames``); Ray guessing CPUs inside a
+cgroup (verl#523, CPUs and GPUs are given explicitly); AF_UNIX paths over 107 bytes under a long
+TMPDIR (verl#1120, the temp dir is a short path of its own); fixed sleeps (readiness is polled
+until every node and its GPUs are registered, with a deadline).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from grpokit.runtime import ports, procs
+
+log = logging.getLogger(__name__)
+
+#: Ray worker processes each take one port of this block.
+WORKER_PORT_BLOCK = 200
+_PORT_NAMES = ("gcs", "node_manager", "object_manager", "client_server", "metrics_export",
+               "dashboard_agent_listen", "dashboard_agent_grpc", "runtime_env_agent", "dashboard")
+
+
+class RayStartError(RuntimeError):
+    """Ray did not come up: names the component and carries the tail of its log."""
+
+
+def short_temp_dir() -> Path:
+    """A fresh private dir with a short path (Ray's socket paths must stay under 107 bytes).
+
+    TMPDIR is ignored on purpose: clusters set it to long per-job paths.
+    """
+    for root in ("/tmp", "/dev/shm", tempfile.gettempdir()):
+        if os.access(root, os.W_OK) and len(root) < 40:
+            path = Path(tempfile.mkdtemp(prefix="rk", dir=root))
+            path.chmod(0o700)
+            return path
+    raise RayStartError("no writable short temp dir (/tmp, /dev/shm) for Ray's sockets")
+
+
+def port_args(p: dict[str, int], worker_block_start: int) -> list[str]:
+    """``ray start`` flags for every port Ray opens on a node."""
+    args = [
+        f"--node-manager-port={p['node_manager']}",
+        f"--object-manager-port={p['object_manager']}",
+        f"--metrics-export-port={p['metrics_export']}",
+        f"--dashboard-agent-listen-port={p['dashboard_agent_listen']}",
+        f"--dashboard-agent-grpc-port={p['dashboard_agent_grpc']}",
+        f"--runtime-env-agent-port={p['runtime_env_agent']}",
+        f"--min-worker-port={worker_block_start}",
+        f"--max-worker-port={worker_block_start + WORKER_PORT_BLOCK - 1}",
+    ]
+    return args
+
+
+def reserve_node_ports(host: str) -> tuple[dict[str, int], int]:
+    """Ports for one Ray node (names of :data:`_PORT_NAMES`) and its worker port block's start."""
+    *singles, block = ports.reserve_ports(len(_PORT_NAMES), contiguous=WORKER_PORT_BLOCK, host=host)
+    return dict(zip(_PORT_NAMES, singles, strict=True)), block
+
+
+def auth_env(secret_dir: Path) -> dict[str, str]:
+    """Ray token authentication: a per-job token in a file only the job's user can read."""
+    secret_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    token_path = secret_dir / "ray_token"
+    if not token_path.exists():
+        fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path)}
+
+
+@dataclasses.dataclass
+class RayCluster:
+    """A running Ray cluster of this job."""
+
+    address: str
+    host: str
+    temp_dir: Path
+    ports: dict[str, int]
+    worker_port_block: int
+    head: subprocess.Popen
+    workers: list[subprocess.Popen]
+    nodes: list[str]
+
+    def endpoints(self) -> dict:
+        return {"address": self.address, "host": self.host, "ports": self.ports,
+                "worker_ports": [self.worker_port_block, self.worker_port_block + WORKER_PORT_BLOCK - 1],
+                "temp_dir": str(self.temp_dir), "nodes": self.nodes}
+
+    def alive(self) -> bool:
+        return self.head.poll() is None and all(w.poll() is None for w in self.workers)
+
+    def stop(self, grace_s: float) -> None:
+        """Stop this cluster's processes only (never ``ray stop``, which is node-wide)."""
+        for proc in [*self.workers, self.head]:
+            procs.stop_tree(proc.pid, grace_s, name="ray")
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+def start_cluster(*, log_dir: Path, env: dict[str, str], num_cpus: int, num_gpus: int, nodes: list[str],
+                  multi_node_host: str | None, timeout_s: float) -> RayCluster:
+    """Start the head here (and a worker on each other node of ``nodes``) and wait until ready.
+
+    Args:
+        log_dir: where ``ray_head.log`` and ``ray_worker_<node>.log`` go.
+        env: the job's environment (Ray workers inherit it from the ``ray start`` process).
+        num_cpus, num_gpus: resources of each node given to Ray (never guessed by Ray).
+        nodes: the allocation's host names, this node first; one node binds Ray to loopback.
+        multi_node_host: this node's address that the other nodes reach (several nodes only).
+        timeout_s: deadline for every node and its GPUs to register.
+
+    Raises:
+        RayStartError: a Ray process exited or the deadline passed; the log tail is included.
+    """
+    host = "127.0.0.1" if len(nodes) <= 1 else (multi_node_host or "127.0.0.1")
+    temp_dir = short_temp_dir()
+    node_ports, block = reserve_node_ports(host)
+    address = f"{host}:{node_ports['gcs']}"
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    head_cmd = [
+        ray_bin, "start", "--head", "--block", f"--node-ip-address={host}", f"--port={node_ports['gcs']}",
+        f"--ray-client-server-port={node_ports['client_server']}", "--include-dashboard=false",
+        f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}", f"--temp-dir={temp_dir}", "--disable-usage-stats",
+        *port_args(node_ports, block),
+    ]
+    log.info("ray head: %s", " ".join(head_cmd))
+    head = procs.start(head_cmd, log_dir / "ray_head.log", env=env)
+    cluster = RayCluster(address=address, host=host, temp_dir=temp_dir, ports=node_ports,
+                         worker_port_block=block, head=head, workers=[], nodes=list(nodes))
+    try:
+        for node in nodes[1:]:
+            worker_cmd = [
+                "srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}",
+                *([f"--gres=gpu:{num_gpus}"] if num_gpus else []),
+                sys.executable, "-m", "grpokit.runtime.ray_worker", f"--address={address}",
+                f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}",
+            ]
+            log.info("ray worker on %s: %s", node, " ".join(worker_cmd))
+            cluster.workers.append(procs.start(worker_cmd, log_dir / f"ray_worker_{node}.log", env=env))
+        wait_ready(cluster, env=env, num_gpus=num_gpus, timeout_s=timeout_s, log_dir=log_dir)
+    except BaseException:
+        cluster.stop(grace_s=5)
+        raise
+    return cluster
+
+
+def wait_ready(cluster: RayCluster, *, env: dict[str, str], num_gpus: int, timeout_s: float, log_dir: Path) -> dict:
+    """Poll (in a probe process) until every node is alive and its GPUs are registered."""
+    probe = [sys.executable, "-m", "grpokit.runtime.ray_probe", f"--address={cluster.address}",
+             f"--nodes={len(cluster.nodes)}", f"--gpus-per-node={num_gpus}", f"--timeout={timeout_s}"]
+    proc = subprocess.Popen(probe, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while True:
+        try:
+            out, err = proc.communicate(timeout=0.5)
+            break
+        except subprocess.TimeoutExpired:
+            dead = [p for p in [cluster.head, *cluster.workers] if p.poll() is not None]
+            if dead:
+                proc.kill()
+                proc.communicate()
+                which = "head" if cluster.head in dead else "worker"
+                log_file = log_dir / ("ray_head.log" if which == "head" else f"ray_worker_{cluster.nodes[1]}.log")
+                raise RayStartError(f"ray {which} exited with {dead[0].returncode} during start-up; "
+                                    f"last lines of {log_file}:\n{procs.tail(log_file)}") from None
+    if proc.returncode != 0:
+        raise RayStartError(f"ray not ready within {timeout_s:.0f} s: {err.strip()[-2000:]}\n"
+                            f"head log tail:\n{procs.tail(log_dir / 'ray_head.log')}")
+    summary = json.loads(out.strip().splitlines()[-1])
+    log.info("ray ready: %s", summary)
+    return summary

@@ -1,0 +1,163 @@
+"""The job's sidecar servers (the vLLM answer server, the memory server, ...): start, gate, watch, stop.
+
+Each sidecar is declared in the experiment config under ``sidecars.<name>`` and gets its own
+port(s), its own API key (passed in the environment, never on the command line or in a log), its
+own log file, and the GPUs the job's GPU plan gives it. Readiness is an HTTP health check polled
+until a deadline, and the process must stay alive meanwhile: a slow server is waited for, a dead
+one fails the job at once with the last lines of its log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from grpokit.runtime import ports, procs
+
+log = logging.getLogger(__name__)
+
+#: Environment variable carrying each kind's client key (vLLM reads VLLM_API_KEY itself).
+KEY_ENV = {"vllm": "VLLM_API_KEY", "memory_server": "GRPOKIT_MEMORY_SERVER_KEY"}
+
+
+class SidecarError(RuntimeError):
+    """A sidecar failed to start or died: the message names it and quotes its log."""
+
+
+@dataclasses.dataclass
+class Sidecar:
+    """One running sidecar."""
+
+    name: str
+    spec: dict[str, Any]
+    host: str
+    port: int
+    key: str
+    log_path: Path
+    proc: subprocess.Popen | None = None
+    internal_port_base: int | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def endpoint(self) -> dict[str, Any]:
+        return {"kind": self.spec.get("kind"), "url": self.url, "port": self.port,
+                "internal_port_base": self.internal_port_base, "pid": self.proc.pid if self.proc else None,
+                "log": str(self.log_path)}
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+def _vllm_command(sc: Sidecar) -> list[str]:
+    s = sc.spec
+    cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(s["model"]),
+           "--served-model-name", str(s["served_model_name"]), "--host", sc.host, "--port", str(sc.port),
+           "--dtype", str(s.get("dtype", "auto")), "--max-model-len", str(s.get("max_model_len", 2048)),
+           "--gpu-memory-utilization", str(s.get("gpu_memory_utilization", 0.9)),
+           "--max-num-seqs", str(s.get("max_num_seqs", 8)),
+           "--limit-mm-per-prompt", '{"image":0,"video":0}']
+    if s.get("enforce_eager", False):
+        cmd.append("--enforce-eager")
+    return cmd + [str(a) for a in s.get("extra_args", [])]
+
+
+def _memory_server_command(sc: Sidecar, others: dict[str, Sidecar]) -> list[str]:
+    s = sc.spec
+    answer = others[s["answer"]]
+    cmd = [sys.executable, "-m", "grpokit.tasks.memalpha.server", "--host", sc.host, "--port", str(sc.port),
+           "--answer-base-url", f"{answer.url}/v1", "--answer-model", str(answer.spec["served_model_name"]),
+           "--top-k", str(s.get("top_k", 20)), "--concurrency", str(s.get("concurrency", 8)),
+           "--timeout-s", str(s.get("timeout_s", 60)), "--max-prompt-tokens", str(s.get("max_prompt_tokens", 30000))]
+    if s.get("tokenizer"):
+        cmd += ["--tokenizer", str(s["tokenizer"])]
+    return cmd
+
+
+def build_command(sc: Sidecar, others: dict[str, Sidecar]) -> list[str]:
+    """The sidecar's command line: ``spec.command`` (a template, for stand-ins) or the kind's own."""
+    if sc.spec.get("command"):
+        fields = {"python": sys.executable, "host": sc.host, "port": sc.port}
+        return [str(part).format(**fields) for part in sc.spec["command"]]
+    kind = sc.spec.get("kind")
+    if kind == "vllm":
+        return _vllm_command(sc)
+    if kind == "memory_server":
+        return _memory_server_command(sc, others)
+    raise SidecarError(f"sidecar {sc.name}: unknown kind {kind!r} (vllm, memory_server, or give a command)")
+
+
+def plan_sidecars(specs: dict[str, dict[str, Any]], *, host: str, log_dir: Path) -> dict[str, Sidecar]:
+    """Reserve each sidecar's port(s) and make its key; nothing is started yet."""
+    out = {}
+    for name, spec in specs.items():
+        # vLLM opens internal ports from VLLM_PORT upwards: a block of its own keeps jobs apart.
+        is_vllm = spec.get("kind") == "vllm"
+        reserved = ports.reserve_ports(1, contiguous=16 if is_vllm else 0, host=host)
+        port, internal = reserved[0], (reserved[1] if is_vllm else None)
+        out[name] = Sidecar(name=name, spec=spec, host=host, port=port, key=secrets.token_urlsafe(24),
+                            log_path=log_dir / f"{name}.log", internal_port_base=internal)
+    return out
+
+
+def client_env(sidecars: dict[str, Sidecar]) -> dict[str, str]:
+    """Keys the trainer's reward workers need to call the sidecars (exported before Ray starts)."""
+    return {KEY_ENV[s.spec["kind"]]: s.key for s in sidecars.values() if s.spec.get("kind") in KEY_ENV}
+
+
+def start(sc: Sidecar, others: dict[str, Sidecar], *, env: dict[str, str], cuda_devices: str | None) -> None:
+    """Start one sidecar (not waiting for it); its key goes in its environment."""
+    env = dict(env)
+    kind = sc.spec.get("kind")
+    env[KEY_ENV.get(kind, "GRPOKIT_SIDECAR_KEY")] = sc.key
+    if kind == "memory_server":
+        env["GRPOKIT_ANSWER_API_KEY"] = others[sc.spec["answer"]].key
+    if sc.internal_port_base:
+        env["VLLM_PORT"] = str(sc.internal_port_base)
+    if cuda_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = cuda_devices
+    cmd = build_command(sc, others)
+    log.info("sidecar %s: %s", sc.name, " ".join(cmd))
+    sc.proc = procs.start(cmd, sc.log_path, env=env)
+
+
+def wait_ready(sc: Sidecar, timeout_s: float | None = None) -> float:
+    """Block until the sidecar answers its health check; returns the seconds waited.
+
+    Raises:
+        SidecarError: the process exited (at once, with its log's tail) or the deadline passed.
+    """
+    timeout_s = float(timeout_s or sc.spec.get("start_timeout_s", 600))
+    url = sc.url + sc.spec.get("health_path", "/health")
+    start = time.monotonic()
+    headers = {"Authorization": f"Bearer {sc.key}"}
+    while True:
+        if not sc.alive():
+            code = sc.proc.returncode if sc.proc else None
+            raise SidecarError(f"sidecar {sc.name} exited with {code} during start-up; "
+                               f"last lines of {sc.log_path}:\n{procs.tail(sc.log_path)}")
+        try:
+            if httpx.get(url, headers=headers, timeout=2.0).status_code == 200:
+                return time.monotonic() - start
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() - start > timeout_s:
+            raise SidecarError(f"sidecar {sc.name} not ready at {url} after {timeout_s:.0f} s (process alive); "
+                               f"last lines of {sc.log_path}:\n{procs.tail(sc.log_path)}")
+        time.sleep(0.25)
+
+
+def stop(sidecars: dict[str, Sidecar], grace_s: float) -> None:
+    """Stop every sidecar's process tree (SIGTERM, then SIGKILL after ``grace_s``)."""
+    for sc in reversed(list(sidecars.values())):
+        if sc.proc is not None:
+            procs.stop_tree(sc.proc.pid, grace_s, name=f"sidecar {sc.name}")

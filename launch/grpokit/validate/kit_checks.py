@@ -1,0 +1,91 @@
+"""The kit's own checks on a composed point: files exist, derived lengths are consistent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from grpokit.config.point import PointSpec
+from grpokit.validate.problems import Problem
+
+
+def _paths(value) -> list[str]:
+    if value is None:
+        return []
+    if OmegaConf.is_list(value) or isinstance(value, list):
+        return [str(v) for v in value]
+    return [str(value)]
+
+
+def check_files(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
+    """Training and validation parquet files, and the model's ``config.json``."""
+    problems = []
+    task = spec.experiment.get("task", "<task>")
+    data_dir = spec.experiment.get("data_dir", "<dir>")
+    for key in ("data.train_files", "data.val_files"):
+        for path in _paths(OmegaConf.select(cfg, key)):
+            if not Path(path).is_file():
+                problems.append(
+                    Problem(
+                        spec.name,
+                        f"verl.{key}",
+                        f"data file {path} does not exist",
+                        f"python launch/prepare_data.py {task} --out {data_dir}",
+                    )
+                )
+    model_path = Path(str(cfg.actor_rollout_ref.model.path))
+    if not (model_path / "config.json").is_file():
+        problems.append(
+            Problem(
+                spec.name,
+                "model.path",
+                f"no model at {model_path} (config.json missing)",
+                download_hint(spec),
+            )
+        )
+    return problems
+
+
+def download_hint(spec: PointSpec) -> str:
+    """The command that fetches (or builds) the point's model."""
+    model = spec.model
+    if model.get("source") == "build":
+        return f"python launch/make_tiny_model.py --out {model.get('path')}"
+    return f"python launch/download.py model={model.get('_choice', 'qwen3_5_0_8b')}  (fetches {model.get('hub_id')})"
+
+
+def check_lengths(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
+    """vLLM's context and the token caps must hold one whole sequence (prompt + response)."""
+    need = int(cfg.data.max_prompt_length) + int(cfg.data.max_response_length)
+    caps = {
+        "actor_rollout_ref.rollout.max_model_len": cfg.actor_rollout_ref.rollout.max_model_len,
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": cfg.actor_rollout_ref.actor.ppo_max_token_len_per_gpu,
+        "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": cfg.actor_rollout_ref.ref.log_prob_max_token_len_per_gpu,
+        "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": (
+            cfg.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu
+        ),
+    }
+    problems = []
+    for key, value in caps.items():
+        if value is not None and int(value) < need:
+            problems.append(
+                Problem(
+                    spec.name,
+                    f"verl.{key}",
+                    f"{value} is less than max_prompt_length + max_response_length = {need}",
+                    f"drop the explicit value (the kit derives it) or set verl.{key}>={need}",
+                )
+            )
+    batch = int(cfg.data.train_batch_size)
+    mini = int(cfg.actor_rollout_ref.actor.ppo_mini_batch_size)
+    if mini > batch:
+        problems.append(
+            Problem(
+                spec.name,
+                "verl.actor_rollout_ref.actor.ppo_mini_batch_size",
+                f"mini batch {mini} is larger than the batch {batch}",
+                "drop the explicit value (the kit uses the whole batch) or lower it",
+            )
+        )
+    return problems

@@ -1,0 +1,98 @@
+"""Check a point against the installed verl: its schema (Hydra composition) and ``validate_config``."""
+
+from __future__ import annotations
+
+import difflib
+import re
+
+from omegaconf import DictConfig
+
+from grpokit.config.overrides import flat_base
+from grpokit.config.point import PointSpec
+from grpokit.config.verl_schema import compose_verl
+from grpokit.validate.problems import Problem
+
+# verl keys whose children are free-form: a new key below them is expected, not a typo.
+OPEN_PREFIXES = (
+    "actor_rollout_ref.model.override_config.",
+    "actor_rollout_ref.rollout.engine_kwargs.",
+    "reward.custom_reward_function.reward_kwargs.",
+    "ray_kwargs.ray_init.",
+)
+_COULD_NOT_OVERRIDE = re.compile(r"Could not override '([^']+)'")
+_FULL_KEY = re.compile(r"full_key: (\S+)")
+
+
+def suggest(key: str) -> str:
+    """``did you mean ...`` for a key verl does not have, from verl's own key names."""
+    base = flat_base()
+    parent = key.rsplit(".", 1)[0]
+    siblings = [k for k in base if k.rsplit(".", 1)[0] == parent] or list(base)
+    close = difflib.get_close_matches(key, siblings, n=3, cutoff=0.6)
+    if close:
+        return "did you mean " + " or ".join(f"verl.{c}" for c in close) + "?"
+    return f"check the key against {parent or 'verl'}'s options (python -m verl.trainer.main_ppo --cfg job)"
+
+
+def _open_parent(key: str, base: dict) -> bool:
+    if key.startswith(OPEN_PREFIXES):
+        return True
+    parts = key.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        parent = ".".join(parts[:i])
+        if parent in base:
+            return base[parent] == {}  # an empty mapping in verl's YAML is meant to be filled
+    return False
+
+
+def check_added_keys(spec: PointSpec) -> list[Problem]:
+    """A ``+key`` must go below a free-form mapping; anywhere else it is almost surely a typo."""
+    base = flat_base()
+    problems = []
+    for item in spec.verl_overrides:
+        if not item.startswith("+"):
+            continue
+        key = item[1:].split("=", 1)[0]
+        if not _open_parent(key, base):
+            problems.append(
+                Problem(
+                    spec.name,
+                    f"verl.{key}",
+                    "verl has no such key (it would be silently added)",
+                    suggest(key),
+                )
+            )
+    return problems
+
+
+def compose_point(spec: PointSpec) -> tuple[DictConfig | None, list[Problem]]:
+    """Compose verl's config with the point's overrides; a failure becomes a :class:`Problem`."""
+    try:
+        return compose_verl(spec.verl_overrides), []
+    except Exception as exc:  # Hydra raises several exception types for a bad override
+        text = str(exc)
+        match = _COULD_NOT_OVERRIDE.search(text)
+        key = match.group(1) if match else "verl"
+        fix = suggest(key) if match else "fix the value's type or syntax (Hydra override grammar)"
+        return None, [Problem(spec.name, f"verl.{key}" if match else key, text.splitlines()[0], fix)]
+
+
+def run_validate_config(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
+    """verl's own ``validate_config`` (batch divisibility, micro batches, ...), as verl runs it."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    try:
+        validate_config(
+            config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg)
+        )
+    except Exception as exc:
+        text = str(exc)
+        match = _FULL_KEY.search(text)
+        key = f"verl.{match.group(1)}" if match else "verl"
+        cause = exc.__cause__ or exc
+        message = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
+        return [
+            Problem(spec.name, key, f"verl's validate_config: {message}", "change the setting verl names")
+        ]
+    return []

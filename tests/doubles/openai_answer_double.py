@@ -151,9 +151,7 @@ def create_double_app(
                     "usage": usage,
                 }
             )
-        choices = [
-            {"index": i, "text": a, "finish_reason": "stop", "logprobs": None} for i, a in enumerate(answers)
-        ]
+        choices = [{"index": i, "text": a, "finish_reason": "stop", "logprobs": None} for i, a in enumerate(answers)]
         return JSONResponse(
             {
                 "id": f"cmpl-{uuid.uuid4().hex}",

@@ -109,9 +109,7 @@ def _json_field(value: Any, name: str) -> Any:
     return value
 
 
-def verl_row(
-    source_row: Mapping[str, Any], split: str, index: int, qa_per_row: int, chunk_chars: int
-) -> dict | None:
+def verl_row(source_row: Mapping[str, Any], split: str, index: int, qa_per_row: int, chunk_chars: int) -> dict | None:
     """One verl row from one Mem-α NLU row, or ``None`` when its first chunk has no example."""
     chunks = list(_json_field(source_row["chunks"], "chunks"))
     if not chunks:
@@ -198,9 +196,7 @@ def load_nlu_split(nlu_dir: Path, split: str) -> list[tuple[str, str]]:
         missing = {"scenario", "intent", "answer_from_anno"} - set(df.columns)
         if missing:
             raise KeyError(f"{f} lacks columns {sorted(missing)}; is it an NLU-Evaluation-Data CSV?")
-        for scenario, intent, sentence in zip(
-            df["scenario"], df["intent"], df["answer_from_anno"], strict=True
-        ):
+        for scenario, intent, sentence in zip(df["scenario"], df["intent"], df["answer_from_anno"], strict=True):
             sentence = " ".join(sentence.split())
             if sentence:
                 pairs.append((sentence, f"{scenario}_{intent}"))
@@ -215,9 +211,7 @@ def label_permutation(labels: Iterable[str], seed: int) -> dict[str, int]:
     return dict(zip(names, ids, strict=True))
 
 
-def _balanced_sample(
-    by_label: Mapping[str, Sequence[str]], count: int, rng: random.Random
-) -> list[tuple[str, str]]:
+def _balanced_sample(by_label: Mapping[str, Sequence[str]], count: int, rng: random.Random) -> list[tuple[str, str]]:
     """``count`` examples drawn round-robin over shuffled labels, no sentence twice."""
     pools = {label: rng.sample(list(s), len(s)) for label, s in by_label.items()}
     labels = sorted(pools)
@@ -270,10 +264,7 @@ def build_memalpha_nlu_rows(
         start = date(2024, 1, 1) + timedelta(days=rng.randrange(365))
         chunks = [
             _dialogue_chunk(
-                [
-                    (s, label_ids[label])
-                    for s, label in shots[c * shots_per_chunk : (c + 1) * shots_per_chunk]
-                ],
+                [(s, label_ids[label]) for s, label in shots[c * shots_per_chunk : (c + 1) * shots_per_chunk]],
                 start + timedelta(days=c),
             )
             for c in range(chunks_per_row)
@@ -332,9 +323,7 @@ def load_hub_split(hub_id: str, split: str) -> pd.DataFrame:
             ) from hf_error
 
 
-def load_memalpha_splits(
-    source: str, *, seed: int, num_rows: Mapping[str, int | None]
-) -> dict[str, pd.DataFrame]:
+def load_memalpha_splits(source: str, *, seed: int, num_rows: Mapping[str, int | None]) -> dict[str, pd.DataFrame]:
     """Mem-α-format frames for ``train`` and ``test`` from ``source`` (see module doc)."""
     nlu_path = source[len("nlu:") :] if source.startswith("nlu:") else source
     nlu_dir = resolve_nlu_dir(nlu_path) if Path(nlu_path).is_dir() else None
@@ -366,9 +355,7 @@ def load_memalpha_splits(
         for split in ("train", "test"):
             path = _local_parquet(folder, split)
             if path is None:
-                raise FileNotFoundError(
-                    f"--source {source}: no {split}.parquet in it or in its data/memalpha/"
-                )
+                raise FileNotFoundError(f"--source {source}: no {split}.parquet in it or in its data/memalpha/")
             frames[split] = pd.read_parquet(path)
         return frames
     return {split: load_hub_split(source, split) for split in ("train", "test")}
@@ -385,18 +372,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Mem-α data: a folder with train/test.parquet, nlu:<NLU-Evaluation-Data folder>, or a hub id "
         "(e.g. YuWangX/Memalpha)",
     )
-    parser.add_argument(
-        "--out", required=True, type=Path, help="output folder for train.parquet and test.parquet"
-    )
-    parser.add_argument(
-        "--num-train", type=int, default=None, help="verl train rows (default: all; NLU build: 64)"
-    )
-    parser.add_argument(
-        "--num-test", type=int, default=None, help="verl test rows (default: all; NLU build: 16)"
-    )
-    parser.add_argument(
-        "--seed", type=int, default=0, help="seed of the NLU build (label permutation, sampling)"
-    )
+    parser.add_argument("--out", required=True, type=Path, help="output folder for train.parquet and test.parquet")
+    parser.add_argument("--num-train", type=int, default=None, help="verl train rows (default: all; NLU build: 64)")
+    parser.add_argument("--num-test", type=int, default=None, help="verl test rows (default: all; NLU build: 16)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the NLU build (label permutation, sampling)")
     parser.add_argument("--qa-per-row", type=int, default=4, help="reward questions per row (examples asked)")
     parser.add_argument("--chunk-chars", type=int, default=2000, help="context length limit in characters")
 
@@ -409,7 +388,7 @@ def main(args: argparse.Namespace) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     num_rows = {"train": args.num_train, "test": args.num_test}
     frames = load_memalpha_splits(str(args.source), seed=args.seed, num_rows=num_rows)
-    out: Path = args.out
+    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if str(args.source).startswith("nlu:") or resolve_nlu_dir(str(args.source)) is not None:
         (out / "memalpha_source").mkdir(exist_ok=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -79,9 +80,7 @@ def parse_memory(raw: Any, where: str = "memory") -> Memory:
     ``{memory_id: content}``). Raises ``ValueError`` naming ``where`` and the bad key otherwise.
     """
     if not isinstance(raw, dict):
-        raise ValueError(
-            f"{where} must be an object with keys core/semantic/episodic, got {type(raw).__name__}"
-        )
+        raise ValueError(f"{where} must be an object with keys core/semantic/episodic, got {type(raw).__name__}")
     unknown = sorted(set(raw) - {"core", *MEMORY_TYPES})
     if unknown:
         raise ValueError(f"{where} has unknown keys {unknown}; allowed: core, semantic, episodic")
@@ -96,14 +95,11 @@ def parse_memory(raw: Any, where: str = "memory") -> Memory:
         for i, item in enumerate(items):
             if not (isinstance(item, dict) and len(item) == 1):
                 raise ValueError(
-                    f"{where}.{memory_type}[{i}] must be an object with exactly one key (id -> text), "
-                    f"got {item!r:.80}"
+                    f"{where}.{memory_type}[{i}] must be an object with exactly one key (id -> text), got {item!r:.80}"
                 )
             (value,) = item.values()
             if not isinstance(value, str):
-                raise ValueError(
-                    f"{where}.{memory_type}[{i}] text must be a string, got {type(value).__name__}"
-                )
+                raise ValueError(f"{where}.{memory_type}[{i}] text must be a string, got {type(value).__name__}")
         lists[memory_type] = [dict(item) for item in items]
     return Memory(core=core or "", semantic=lists["semantic"], episodic=lists["episodic"])
 
@@ -146,9 +142,7 @@ def _format_block(items: Sequence[MemoryItem], block_name: str) -> str:
     return f"<{block_name}>\n{body}\n</{block_name}>"
 
 
-def build_system_prompt(
-    core: str | None, semantic: Sequence[MemoryItem], episodic: Sequence[MemoryItem]
-) -> str:
+def build_system_prompt(core: str | None, semantic: Sequence[MemoryItem], episodic: Sequence[MemoryItem]) -> str:
     """The answer model's system prompt for already-selected memories (Mem-α's layout, see module doc)."""
     structure: list[str] = []
     blocks: list[str] = []
@@ -190,9 +184,13 @@ def hf_token_counter(tokenizer_path: str) -> TokenCounter:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    # Fast tokenizers can fail with "Already borrowed" when one instance encodes in several
+    # threads at once; the server counts tokens in worker threads.
+    lock = threading.Lock()
 
     def count(text: str) -> int:
-        return len(tokenizer.encode(text, add_special_tokens=False))
+        with lock:
+            return len(tokenizer.encode(text, add_special_tokens=False))
 
     return count
 

@@ -194,6 +194,8 @@ async def ask_memory_server(
     key = os.environ.get(SERVER_KEY_ENV)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     last_error = ""
+    # trust_env=False: a site HTTP proxy (HTTP_PROXY on compute nodes) must not catch calls to the
+    # job's own sidecar, the reference account had to set NO_PROXY for exactly this.
     async with httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), trust_env=False) as client:
         for attempt in range(retries + 1):
             if attempt:
@@ -202,21 +204,16 @@ async def ask_memory_server(
                 response = await client.post(url, json=payload, headers=headers)
             except httpx.HTTPError as e:
                 last_error = f"{type(e).__name__}: {e}"
-                log.warning(
-                    "memory server %s try %d/%d failed: %s", url, attempt + 1, retries + 1, last_error
-                )
+                log.warning("memory server %s try %d/%d failed: %s", url, attempt + 1, retries + 1, last_error)
                 continue
             if response.status_code >= 500:
                 last_error = f"HTTP {response.status_code}: {response.text[:300]}"
-                log.warning(
-                    "memory server %s try %d/%d failed: %s", url, attempt + 1, retries + 1, last_error
-                )
+                log.warning("memory server %s try %d/%d failed: %s", url, attempt + 1, retries + 1, last_error)
                 continue
             if response.status_code != 200:
                 hint = f" (set {SERVER_KEY_ENV} to the server's key)" if response.status_code == 401 else ""
                 raise MemoryServerError(
-                    f"memory server {url} refused the request: HTTP {response.status_code} "
-                    f"{response.text[:300]}{hint}"
+                    f"memory server {url} refused the request: HTTP {response.status_code} {response.text[:300]}{hint}"
                 )
             try:
                 answers = response.json()["result"][0]

@@ -183,8 +183,7 @@ class MemoryAnswerer:
 
     async def batch(self, req: BatchRequest) -> tuple[list[list[str]], list[list[str | None]]]:
         jobs = [
-            [self.answer(memory, q, req) for q in qs]
-            for memory, qs in zip(req.memories, req.questions, strict=True)
+            [self.answer(memory, q, req) for q in qs] for memory, qs in zip(req.memories, req.questions, strict=True)
         ]
         flat = await asyncio.gather(*(job for row in jobs for job in row))
         answers: list[list[str]] = []
@@ -265,9 +264,7 @@ def create_app(settings: ServerSettings, count_tokens: TokenCounter | None = Non
             num_failed,
             time.monotonic() - start,
         )
-        return JSONResponse(
-            {"result": answers, "status": "success", "processed_count": len(answers), "errors": errors}
-        )
+        return JSONResponse({"result": answers, "status": "success", "processed_count": len(answers), "errors": errors})
 
     return app
 
@@ -281,9 +278,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=5005)
     p.add_argument("--answer-base-url", required=True, help="answer server base URL, e.g. http://h:8000/v1")
     p.add_argument("--answer-model", required=True, help="served model name of the answer server")
-    p.add_argument(
-        "--tokenizer", default=None, help="answer model tokenizer path/id, or 'none' for regex count"
-    )
+    p.add_argument("--tokenizer", default=None, help="answer model tokenizer path/id, or 'none' for regex count")
     p.add_argument("--top-k", type=int, default=20)
     p.add_argument("--max-prompt-tokens", type=int, default=30_000)
     p.add_argument("--concurrency", type=int, default=8)

@@ -1,0 +1,91 @@
+"""Merge a run's FSDP checkpoint into a Hugging Face model folder with verl's model merger.
+
+verl 0.9.1 CLI (``verl/model_merger/base_model_merger.py::parse_args``)::
+
+    python -m verl.model_merger merge --backend fsdp --local_dir <ckpt>/global_step_N/actor --target_dir <out>
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+from grpokit.runtime.checkpoints import CheckpointInfo, inspect_checkpoint, list_checkpoints
+
+log = logging.getLogger(__name__)
+
+CHECKPOINTS = "checkpoints"
+HF_DIR = "hf"
+
+
+class CheckpointError(RuntimeError):
+    """No usable checkpoint: the message lists what is missing and how to proceed."""
+
+
+def choose_checkpoint(run_dir: Path, step: int | None = None) -> CheckpointInfo:
+    """The checkpoint to merge: ``global_step_<step>`` when given, else the latest complete one.
+
+    Raises CheckpointError when the run has no checkpoints, the step does not exist, or the chosen
+    checkpoint is incomplete (its problems are listed).
+    """
+    ckpt_dir = run_dir / CHECKPOINTS
+    infos = list_checkpoints(ckpt_dir)
+    if not infos:
+        raise CheckpointError(
+            f"no checkpoints under {ckpt_dir}: the run saves only with trainer.save_freq > 0 (and at its last step)"
+        )
+    if step is not None:
+        chosen = next((i for i in infos if i.step == step), None)
+        if chosen is None:
+            raise CheckpointError(f"{ckpt_dir}: no global_step_{step}; steps present: {[i.step for i in infos]}")
+        chosen = inspect_checkpoint(chosen.path, chosen.tracked) if chosen.path.exists() else chosen
+        if not chosen.complete:
+            raise CheckpointError(
+                f"{chosen.path} is incomplete: "
+                + "; ".join(chosen.problems)
+                + f". Complete steps: {[i.step for i in infos if i.complete] or 'none'}"
+            )
+        return chosen
+    complete = [i for i in infos if i.complete]
+    if not complete:
+        details = " | ".join(f"step {i.step}: " + "; ".join(i.problems) for i in infos)
+        raise CheckpointError(f"no complete checkpoint under {ckpt_dir}: {details}")
+    return complete[-1]
+
+
+def merge_command(ckpt: CheckpointInfo, target_dir: Path, python: str | None = None) -> list[str]:
+    """argv of verl's merger for one checkpoint (FSDP backend) writing into target_dir."""
+    return [
+        python or sys.executable,
+        "-m",
+        "verl.model_merger",
+        "merge",
+        "--backend",
+        "fsdp",
+        "--local_dir",
+        str(ckpt.actor_dir),
+        "--target_dir",
+        str(target_dir),
+    ]
+
+
+def merge_run(run_dir: Path, step: int | None = None, overwrite: bool = False, dry_run: bool = False) -> list[str]:
+    """Merge the chosen checkpoint of run_dir into ``<run_dir>/hf``; returns the argv run.
+
+    Raises CheckpointError (see :func:`choose_checkpoint`), FileExistsError when ``hf/`` already
+    holds files and overwrite is False, and subprocess.CalledProcessError when the merger fails.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir} is not a run folder (logs/<sweep>/<NNN>_<slug>)")
+    ckpt = choose_checkpoint(run_dir, step)
+    target = run_dir / HF_DIR
+    if target.exists() and any(target.iterdir()) and not overwrite:
+        raise FileExistsError(f"{target} already holds a merged model; pass --overwrite to replace it")
+    argv = merge_command(ckpt, target)
+    log.info("merging step %d of %s: %s", ckpt.step, run_dir, " ".join(argv))
+    if not dry_run:
+        subprocess.run(argv, check=True)
+    return argv

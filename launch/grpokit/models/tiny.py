@@ -1,0 +1,543 @@
+"""Random-weight smoke models of the Qwen3 / Qwen3.5 family, with a small BPE tokenizer.
+
+A smoke model proves the plumbing of a cluster and a config (rollout, weight sync, checkpoints,
+merge, serving) in minutes; it learns nothing (random weights score 0). Shapes (`SHAPES`):
+
+- ``tiny`` / ``tiny-qwen3``: ``Qwen3ForCausalLM``, hidden 256, 2 layers, vocab 4096, ~2.2 M
+  parameters: the model that trained, resumed, merged and served on the GPU host
+  (shared/docs/gpu-stack.md, "A model to train"). It is the default because vLLM 0.24.0, the
+  rollout engine there, cannot load a text-only ``Qwen3_5ForCausalLM`` checkpoint: its registry
+  lists Qwen3.5 only as ``Qwen3_5ForConditionalGeneration``, to which it maps the text-only
+  name, and that class reads ``config.vision_config``.
+- ``tiny-qwen3.5``: the same size in the Qwen3.5 text architecture (``Qwen3_5ForCausalLM``:
+  gated attention, Gated DeltaNet linear-attention layers, partial rotary); needs transformers
+  with ``transformers.models.qwen3_5``.
+- ``qwen3.5-0.8b``: the Qwen3.5 text architecture at the 0.8B size, 752,393,024 parameters
+  (embeddings tied); the official multimodal wrapper with its vision tower has 852.99 M.
+
+The tokenizer has exactly ``vocab_size`` tokens: byte-level BPE trained on the given text, then
+``<|reserved_N|>`` filler tokens (N = the id; never produced by encoding), then Qwen's special
+tokens at the ids Qwen gives them relative to ``<|endoftext|>``, then fillers up to the end.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import torch
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
+from tokenizers.models import BPE
+from tokenizers.trainers import BpeTrainer
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    GenerationConfig,
+    PreTrainedConfig,
+    PreTrainedTokenizerFast,
+)
+from transformers.utils.chat_template_utils import render_jinja_template
+
+log = logging.getLogger(__name__)
+
+# Qwen's special tokens in id order from <|endoftext|>, with the "special" flag of Qwen3's
+# tokenizer_config.json (non-special ones survive skip_special_tokens=True decoding, so tool
+# calls and think blocks reach the parsers). Qwen3.5 keeps this order: Qwen3_5Config's
+# vision_start/image/video token ids 248053/248056/248057 are 248044 (<|endoftext|>) + 9/12/13.
+QWEN_SPECIAL_TOKENS: tuple[tuple[str, bool], ...] = (
+    ("<|endoftext|>", True),
+    ("<|im_start|>", True),
+    ("<|im_end|>", True),
+    ("<|object_ref_start|>", True),
+    ("<|object_ref_end|>", True),
+    ("<|box_start|>", True),
+    ("<|box_end|>", True),
+    ("<|quad_start|>", True),
+    ("<|quad_end|>", True),
+    ("<|vision_start|>", True),
+    ("<|vision_end|>", True),
+    ("<|vision_pad|>", True),
+    ("<|image_pad|>", True),
+    ("<|video_pad|>", True),
+    ("<tool_call>", False),
+    ("</tool_call>", False),
+    ("<|fim_prefix|>", False),
+    ("<|fim_middle|>", False),
+    ("<|fim_suffix|>", False),
+    ("<|fim_pad|>", False),
+    ("<|repo_name|>", False),
+    ("<|file_sep|>", False),
+    ("<tool_response>", False),
+    ("</tool_response>", False),
+    ("<think>", False),
+    ("</think>", False),
+)
+PAD_TOKEN = BOS_TOKEN = "<|endoftext|>"
+EOS_TOKEN = "<|im_end|>"
+
+# Pre-tokenizer split of Qwen3.5's tokenizer (transformers/models/qwen3_5/tokenization_qwen3_5.py);
+# digits split one by one, which suits GSM8K arithmetic.
+_PRETOKENIZE_REGEX = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"""
+    r"""| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+
+_TINY = {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2}
+_TINY_ATTENTION = {"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelShape:
+    """One buildable model: its transformers config and its tokenizer layout."""
+
+    like: str
+    model_type: str  # transformers config model_type; its class comes from AutoConfig
+    architecture: str  # the class AutoModelForCausalLM builds, written to config.json
+    vocab_size: int  # embedding rows == len(tokenizer)
+    first_special_id: int  # id of <|endoftext|>; Qwen's special tokens follow it
+    bpe_vocab_size: int  # BPE tokens learnt from the text at most (ids below first_special_id)
+    config: dict[str, Any] = field(default_factory=dict)  # the config class's other fields
+
+
+SHAPES: dict[str, ModelShape] = {
+    # gpu-stack.md: hidden 256, intermediate 512, 2 layers, 4 heads, 2 KV heads, head dim 64,
+    # tied embeddings, vocab 4096. rope_theta 1e6 and 32k positions as Qwen3's small models.
+    "tiny-qwen3": ModelShape(
+        like="tiny-qwen3",
+        model_type="qwen3",
+        architecture="Qwen3ForCausalLM",
+        vocab_size=4096,
+        first_special_id=4096 - len(QWEN_SPECIAL_TOKENS),
+        bpe_vocab_size=4096 - len(QWEN_SPECIAL_TOKENS),
+        config={
+            **_TINY,
+            **_TINY_ATTENTION,
+            "max_position_embeddings": 32768,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1_000_000.0},
+            "tie_word_embeddings": True,
+        },
+    ),
+    # The tiny size in the Qwen3.5 text architecture: one linear-attention then one
+    # full-attention layer (Qwen3.5 repeats 3 linear + 1 full), linear-attention heads sized
+    # like the attention heads; rope as Qwen3.5 with the mrope sections scaled to the 8
+    # frequency pairs of a 64 * 0.25 = 16-dim rotary part (vLLM requires they sum to 8).
+    "tiny-qwen3.5": ModelShape(
+        like="tiny-qwen3.5",
+        model_type="qwen3_5_text",
+        architecture="Qwen3_5ForCausalLM",
+        vocab_size=4096,
+        first_special_id=4096 - len(QWEN_SPECIAL_TOKENS),
+        bpe_vocab_size=4096 - len(QWEN_SPECIAL_TOKENS),
+        config={
+            **_TINY,
+            **_TINY_ATTENTION,
+            "layer_types": ["linear_attention", "full_attention"],
+            "linear_num_key_heads": 4,
+            "linear_num_value_heads": 4,
+            "linear_key_head_dim": 64,
+            "linear_value_head_dim": 64,
+            "linear_conv_kernel_dim": 4,
+            "max_position_embeddings": 32768,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 10_000_000.0,
+                "partial_rotary_factor": 0.25,
+                "mrope_section": [3, 3, 2],
+                "mrope_interleaved": True,
+            },
+            "tie_word_embeddings": True,
+        },
+    ),
+    # Qwen3.5-0.8B text model. Sources: [P] the public figures of Qwen/Qwen3.5-0.8B (24 layers,
+    # hidden 1024, FFN 3584, 8 heads, 2 KV heads, head dim 256, output-gated attention, partial
+    # rotary 0.25, rope theta 1e7, vocab 248,320, hybrid layers); [C] its config.json
+    # (text_config); [T] defaults of transformers 5.10's Qwen3_5TextConfig. [C] figures were
+    # checked by count: with its vision config (depth 12, hidden 768, FFN 3072, 12 heads, out
+    # 1024), Qwen3_5ForConditionalGeneration has 852,985,920 parameters, the reference run's
+    # 852.99 M; 32 linear value heads or untied embeddings would give 966.97 M / 1107.27 M.
+    "qwen3.5-0.8b": ModelShape(
+        like="qwen3.5-0.8b",
+        model_type="qwen3_5_text",
+        architecture="Qwen3_5ForCausalLM",
+        vocab_size=248_320,  # [P]
+        first_special_id=248_044,  # [C] <|endoftext|>; cf. Qwen3_5Config.image_token_id 248056
+        bpe_vocab_size=8192,  # ours: the rest of the ids below 248044 are fillers
+        config={
+            "hidden_size": 1024,  # [P]
+            "intermediate_size": 3584,  # [P]
+            "num_hidden_layers": 24,  # [P]
+            "num_attention_heads": 8,  # [P]; q_proj is 2x wide: the output gate (always on in [T])
+            "num_key_value_heads": 2,  # [P]
+            "head_dim": 256,  # [P], also [T]
+            # [C] full_attention_interval 4: layers 4, 8, ..., 24 are full attention ([T]'s rule)
+            "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"] * 6,
+            "linear_num_key_heads": 16,  # [C], also [T]
+            "linear_num_value_heads": 16,  # [C]; [T] has 32 (the larger models)
+            "linear_key_head_dim": 128,  # [C], also [T]
+            "linear_value_head_dim": 128,  # [C], also [T]
+            "linear_conv_kernel_dim": 4,  # [C], also [T]
+            "max_position_embeddings": 262_144,  # [C]
+            "rms_norm_eps": 1e-6,  # [C], also [T]
+            "hidden_act": "silu",  # [T]
+            "attention_bias": False,  # [T]
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 10_000_000.0,  # [P]
+                "partial_rotary_factor": 0.25,  # [P]
+                "mrope_section": [11, 11, 10],  # [C], also [T]'s fallback
+                "mrope_interleaved": True,  # [C]
+            },
+            "tie_word_embeddings": True,  # [C]
+        },
+    ),
+}
+# `tiny` is the rollout-safe default (see the module docstring).
+ALIASES: dict[str, str] = {"tiny": "tiny-qwen3"}
+LIKES: tuple[str, ...] = (*ALIASES, *SHAPES)
+
+
+def resolve_shape(like: str) -> ModelShape:
+    """The shape named `like` (an alias or a key of `SHAPES`); ValueError lists valid names."""
+    shape = SHAPES.get(ALIASES.get(like, like))
+    if shape is None:
+        raise ValueError(f"unknown model shape like={like!r}; choose one of {', '.join(LIKES)}")
+    return shape
+
+
+def build_tokenizer(
+    texts: Iterable[str],
+    vocab_size: int,
+    *,
+    first_special_id: int | None = None,
+    bpe_vocab_size: int | None = None,
+) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE tokenizer of exactly `vocab_size` tokens with Qwen's specials.
+
+    Layout (ids): [0, n) BPE tokens learnt from `texts`, n <= min(`bpe_vocab_size`,
+    `first_special_id`) (fewer when the text has fewer merges); [n, first_special_id) fillers
+    ``<|reserved_ID|>``; then `QWEN_SPECIAL_TOKENS`; then fillers up to `vocab_size`.
+    `first_special_id` defaults to the end of the vocab. Normalizer and pre-tokenizer are those
+    of Qwen3.5's tokenizer. eos is ``<|im_end|>``, pad and bos ``<|endoftext|>`` (bos is never
+    added by encoding, as in Qwen). The chat template is `chat_template.jinja`.
+
+    Raises ValueError when the specials do not fit below `vocab_size`.
+    """
+    n_special = len(QWEN_SPECIAL_TOKENS)
+    first_special_id = vocab_size - n_special if first_special_id is None else first_special_id
+    if first_special_id < 256 or first_special_id + n_special > vocab_size:
+        raise ValueError(
+            f"first_special_id={first_special_id} must leave 256 byte tokens below it and "
+            f"{n_special} special tokens below vocab_size={vocab_size}"
+        )
+    bpe_limit = min(bpe_vocab_size or first_special_id, first_special_id)
+
+    trained = Tokenizer(BPE())
+    _set_qwen_pipeline(trained)
+    trainer = BpeTrainer(
+        vocab_size=bpe_limit, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
+    trained.train_from_iterator(texts, trainer)
+    model_state = json.loads(trained.to_str())["model"]
+    vocab: dict[str, int] = dict(model_state["vocab"])
+    merges = [tuple(pair) for pair in model_state["merges"]]
+    n_bpe = len(vocab)
+
+    specials = {content: first_special_id + i for i, (content, _) in enumerate(QWEN_SPECIAL_TOKENS)}
+    for token_id in range(n_bpe, vocab_size):
+        if token_id < first_special_id or token_id >= first_special_id + n_special:
+            vocab[f"<|reserved_{token_id}|>"] = token_id
+    vocab.update(specials)  # in the model vocab too, so added tokens keep these exact ids
+
+    tokenizer = Tokenizer(BPE(vocab=vocab, merges=merges))
+    _set_qwen_pipeline(tokenizer)
+    tokenizer.add_tokens(
+        [AddedToken(content, special=special, normalized=False) for content, special in QWEN_SPECIAL_TOKENS]
+    )
+    log.info(
+        "tokenizer: %d BPE tokens learnt, %d fillers, specials at %d..%d, %d in all",
+        n_bpe,
+        vocab_size - n_bpe - n_special,
+        first_special_id,
+        first_special_id + n_special - 1,
+        tokenizer.get_vocab_size(),
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
+        bos_token=BOS_TOKEN,
+        additional_special_tokens=[content for content, special in QWEN_SPECIAL_TOKENS if special],
+        chat_template=chat_template(),
+        model_max_length=131_072,
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def chat_template() -> str:
+    """The Jinja chat template shipped with the package (`chat_template.jinja`)."""
+    return resources.files("grpokit.models").joinpath("chat_template.jinja").read_text(encoding="utf-8")
+
+
+def model_config(shape: ModelShape, tokenizer: PreTrainedTokenizerFast) -> PreTrainedConfig:
+    """The transformers config of `shape`, with token ids and vocab size from `tokenizer`.
+
+    Raises ValueError when `tokenizer` has not exactly ``shape.vocab_size`` tokens, and
+    RuntimeError when the installed transformers lacks ``shape.model_type``.
+    """
+    if len(tokenizer) != shape.vocab_size:
+        raise ValueError(f"tokenizer has {len(tokenizer)} tokens; like={shape.like} needs {shape.vocab_size}")
+    try:
+        config = AutoConfig.for_model(
+            shape.model_type,
+            **shape.config,
+            vocab_size=shape.vocab_size,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    except ValueError as error:
+        import transformers
+
+        raise RuntimeError(
+            f"transformers {transformers.__version__} has no model_type {shape.model_type!r} needed by "
+            f"like={shape.like}; install a transformers that has it or pick like=tiny-qwen3"
+        ) from error
+    config.architectures = [shape.architecture]
+    config.dtype = torch.bfloat16
+    return config
+
+
+def count_parameters(config: PreTrainedConfig) -> int:
+    """Parameters of the causal LM `config` builds, counted on the meta device (no memory).
+
+    Tied weights count once.
+    """
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def build_model(
+    out_dir: str | Path,
+    like: str = "tiny",
+    tokenizer_data: Iterable[str | Path] | None = None,
+    seed: int = 0,
+) -> Path:
+    """Build a random-weight model directory that `from_pretrained` loads; returns its path.
+
+    Writes config.json (architectures, dtype/torch_dtype bfloat16, token ids of the
+    tokenizer), generation_config.json, model.safetensors (bf16, initialised with
+    `torch.manual_seed(seed)`), tokenizer.json + tokenizer_config.json (chat template inside).
+    `tokenizer_data`: text files or folders (see `iter_texts`); None uses
+    `default_tokenizer_data()`. Prompt scaffolding (tool-memory prompts, the chat template's
+    tool-call format) is always added. Time: seconds for tiny; about a minute and 1.5 GB for
+    qwen3.5-0.8b on 2 CPU cores.
+
+    Raises ValueError for an unknown `like`, FileNotFoundError for a missing data file.
+    """
+    shape = resolve_shape(like)
+    out = Path(out_dir)
+    texts: Iterator[str] = iter_texts(tokenizer_data)
+    tokenizer = build_tokenizer(
+        _chain(texts, scaffolding_texts(chat_template())),
+        shape.vocab_size,
+        first_special_id=shape.first_special_id,
+        bpe_vocab_size=shape.bpe_vocab_size,
+    )
+    config = model_config(shape, tokenizer)
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    n_params = sum(p.numel() for p in model.parameters())
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id,
+        # Qwen lists both: a chat turn ends with <|im_end|>, raw text with <|endoftext|>.
+        eos_token_id=[tokenizer.eos_token_id, tokenizer.pad_token_id],
+        pad_token_id=tokenizer.pad_token_id,
+    ).save_pretrained(out)
+    _patch_json(out / "config.json", torch_dtype="bfloat16")
+    _patch_json(out / "tokenizer_config.json", tokenizer_class="PreTrainedTokenizerFast")
+    log.info("built %s (%s, %.2f M parameters, seed %d) in %s", like, shape.architecture, n_params / 1e6, seed, out)
+    return out
+
+
+def _set_qwen_pipeline(tokenizer: Tokenizer) -> None:
+    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tokenizer.decoder = decoders.ByteLevel()
+
+
+def _chain(*iterables: Iterable[str]) -> Iterator[str]:
+    for iterable in iterables:
+        yield from iterable
+
+
+def _patch_json(path: Path, **values: Any) -> None:
+    # config.json: transformers 5 writes "dtype", transformers 4 reads "torch_dtype": write both.
+    # tokenizer_config.json: transformers 5 writes its class name "TokenizersBackend", unknown to
+    # transformers 4; "PreTrainedTokenizerFast" names the same class in both.
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data.update(values)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+# --- tokenizer training text ---------------------------------------------------------------
+
+# The tool-memory task's prompt and tool schemas (search_memory / read_memory; the format of
+# shared/reference's verl multi-turn tool example), so the tokenizer learns their words.
+TOOL_MEMORY_TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "search_memory",
+            "description": "Search user memory and return candidate memory ids.",
+            "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "read_memory",
+            "description": "Read one memory by id.",
+            "parameters": {
+                "type": "object",
+                "properties": {"memory_id": {"type": "string"}},
+                "required": ["memory_id"],
+            },
+        },
+    },
+]
+TOOL_MEMORY_CONVERSATION: list[dict[str, Any]] = [
+    {"role": "system", "content": "You are a memory-using assistant. Use tools before answering."},
+    {
+        "role": "user",
+        "content": "Question: Which tea should be prepared for this user?\nSearch hint: tea preference\n"
+        "Use the memory tools.",
+    },
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"type": "function", "function": {"name": "search_memory", "arguments": {"query": "tea"}}}],
+    },
+    {"role": "tool", "content": "['mem_tea', 'mem_music']"},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"type": "function", "function": {"name": "read_memory", "arguments": {"memory_id": "mem_tea"}}}
+        ],
+    },
+    {"role": "tool", "content": "The user prefers jasmine green tea for late afternoon breaks."},
+    {"role": "assistant", "content": "FINAL: jasmine green tea"},
+]
+
+_TEXT_SUFFIXES = (".jsonl", ".json", ".txt", ".csv", ".parquet")
+
+
+def default_tokenizer_data() -> list[Path]:
+    """GSM8K's train.jsonl and the NLU k-fold 1 train CSVs under the shared data folder.
+
+    The folder is ``$GRPOKIT_SHARED_DATA``, else ``<repo>/../shared/data``. Missing files are
+    left out with a warning (the builder then trains on the scaffolding text alone).
+    """
+    root = Path(os.environ.get("GRPOKIT_SHARED_DATA", Path(__file__).resolve().parents[3].parent / "shared" / "data"))
+    paths = [root / "gsm8k" / "train.jsonl", *sorted((root / "nlu" / "kfold1" / "trainset").glob("*.csv"))]
+    found = [path for path in paths if path.is_file()]
+    if not found:
+        log.warning(
+            "no default tokenizer data under %s (set GRPOKIT_SHARED_DATA or pass --tokenizer-data); "
+            "training the tokenizer on prompt scaffolding only",
+            root,
+        )
+    return found
+
+
+def iter_texts(paths: Iterable[str | Path] | None = None) -> Iterator[str]:
+    """Yield the text of `paths` (files or folders searched for the suffixes below).
+
+    .txt: one text per line; .jsonl / .json: every string value of each record, nested ones
+    included (GSM8K: question, answer); .csv: the string cells, delimiter sniffed among
+    ``;,\\t`` (the NLU files use ';'); .parquet: the string cells. None: `default_tokenizer_data`.
+    Raises FileNotFoundError for a missing path, ValueError for another suffix.
+    """
+    for path in _expand(default_tokenizer_data() if paths is None else paths):
+        suffix = path.suffix.lower()
+        if suffix == ".txt":
+            with path.open(encoding="utf-8") as lines:
+                yield from (line.rstrip("\n") for line in lines if line.strip())
+        elif suffix == ".jsonl":
+            with path.open(encoding="utf-8") as lines:
+                for line in lines:
+                    if line.strip():
+                        yield from _strings(json.loads(line))
+        elif suffix == ".json":
+            yield from _strings(json.loads(path.read_text(encoding="utf-8")))
+        elif suffix == ".csv":
+            with path.open(encoding="utf-8", newline="") as handle:
+                dialect = csv.Sniffer().sniff(handle.readline(), delimiters=";,\t")
+                handle.seek(0)
+                for row in csv.DictReader(handle, dialect=dialect):
+                    yield from (cell for cell in row.values() if isinstance(cell, str) and not _is_number(cell))
+        elif suffix == ".parquet":
+            import pandas as pd
+
+            frame = pd.read_parquet(path)
+            for column in frame.columns:
+                for cell in frame[column]:
+                    yield from _strings(cell.tolist() if hasattr(cell, "tolist") else cell)
+        else:
+            raise ValueError(f"tokenizer data {path}: unsupported suffix {suffix!r}; use one of {_TEXT_SUFFIXES}")
+
+
+def scaffolding_texts(template: str) -> list[str]:
+    """Rendered prompt scaffolding: the tool-memory conversation with its tools, in `template`."""
+    rendered, _ = render_jinja_template(
+        [TOOL_MEMORY_CONVERSATION], tools=TOOL_MEMORY_TOOLS, chat_template=template, add_generation_prompt=True
+    )
+    return rendered
+
+
+def _expand(paths: Iterable[str | Path]) -> Iterator[Path]:
+    for item in paths:
+        path = Path(item)
+        if path.is_dir():
+            yield from sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in _TEXT_SUFFIXES)
+        elif path.is_file():
+            yield path
+        else:
+            raise FileNotFoundError(f"tokenizer data {path} does not exist; pass existing files to --tokenizer-data")
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        if value.strip():
+            yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _strings(item)
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True

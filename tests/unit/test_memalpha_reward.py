@@ -63,11 +63,14 @@ def _server_key(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def nlu_rows() -> list[dict]:
-    """verl rows built from the real NLU-Evaluation-Data split, read back from parquet as verl does."""
+def nlu_rows(tmp_path_factory) -> list[dict]:
+    """verl rows built from the real NLU-Evaluation-Data split, read back from parquet as verl does
+    (nested lists come back as numpy arrays)."""
     frames = data.load_memalpha_splits(f"nlu:{NLU_DIR}", seed=0, num_rows={"train": 3, "test": 2})
     rows = data.convert_rows(frames["train"].to_dict("records"), "train", num_rows=3, qa_per_row=4, chunk_chars=2000)
-    return pd.DataFrame(rows).to_dict("records")
+    path = tmp_path_factory.mktemp("memalpha") / "train.parquet"
+    pd.DataFrame(rows).to_parquet(path)
+    return pd.read_parquet(path).to_dict("records")
 
 
 def _targets(row: dict) -> list[tuple[str, str]]:

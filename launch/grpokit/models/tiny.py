@@ -13,7 +13,8 @@ merge, serving) in minutes; it learns nothing (random weights score 0). Shapes (
   gated attention, Gated DeltaNet linear-attention layers, partial rotary); needs transformers
   with ``transformers.models.qwen3_5``.
 - ``qwen3.5-0.8b``: the Qwen3.5 text architecture at the 0.8B size, 752,393,024 parameters
-  (embeddings tied); the official multimodal wrapper with its vision tower has 852.99 M.
+  (embeddings tied); the official multimodal wrapper with its vision tower has 852.99 M. Like
+  ``tiny-qwen3.5`` it loads in transformers (FSDP actor) but not in vLLM 0.24.0's rollout.
 
 The tokenizer has exactly ``vocab_size`` tokens: byte-level BPE trained on the given text, then
 ``<|reserved_N|>`` filler tokens (N = the id; never produced by encoding), then Qwen's special

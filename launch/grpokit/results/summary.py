@@ -13,6 +13,7 @@ import math
 import re
 from datetime import datetime
 
+import numpy as np
 import pandas as pd
 
 from grpokit.results.slurm_state import SlurmJobState
@@ -76,18 +77,26 @@ def point_state(point: Point, slurm: SlurmJobState | None) -> str:
     return "unknown" if point.job_id else "not submitted"
 
 
-def _last(df: pd.DataFrame, key: str) -> float:
+def _values(df: pd.DataFrame, key: str) -> np.ndarray:
+    """The column as float64 (NaN where not logged); all-NaN when the key is absent."""
     if key not in df.columns:
-        return math.nan
-    s = df[key].dropna()
-    return float(s.iloc[-1]) if len(s) else math.nan
+        return np.full(len(df), np.nan)
+    col = df[key]
+    if col.dtype.kind == "f":
+        return col.to_numpy()
+    return pd.to_numeric(col, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+
+
+def _last(df: pd.DataFrame, key: str) -> float:
+    v = _values(df, key)
+    v = v[~np.isnan(v)]
+    return float(v[-1]) if len(v) else math.nan
 
 
 def _mean(df: pd.DataFrame, key: str) -> float:
-    if key not in df.columns:
-        return math.nan
-    s = df[key].dropna()
-    return float(s.mean()) if len(s) else math.nan
+    v = _values(df, key)
+    v = v[~np.isnan(v)]
+    return float(v.mean()) if len(v) else math.nan
 
 
 def last_reward(df: pd.DataFrame) -> float:
@@ -97,38 +106,38 @@ def last_reward(df: pd.DataFrame) -> float:
 
 
 def metrics_summary(df: pd.DataFrame) -> dict[str, float]:
-    """Summary of a merged frame (``grpokit.runtime.metrics.merge_attempts``).
+    """Summary of a merged frame (``grpokit.runtime.metrics.merge_attempts``, sorted by step).
 
     Keys: ``last_step``; ``final_reward_mean`` (last reward); per data source ``final_acc:<src>``,
-    ``best_acc:<src>``, ``best_acc_step:<src>`` (from ``val-core/<src>/acc/mean@1``);
-    ``final_response_length``, ``final_clip_ratio`` (last logged values);
+    ``best_acc:<src>``, ``best_acc_step:<src>`` (from ``val-core/<src>/acc/mean@1``; the earliest
+    step wins a tie); ``final_response_length``, ``final_clip_ratio`` (last logged values);
     ``mean_step_s`` and ``mean_<part>_s`` (mean seconds per step over logged steps);
     ``tokens_per_s`` (sum of perf/total_num_tokens / sum of timing_s/step over steps logging both);
     ``throughput_per_gpu`` (mean perf/throughput). Missing metrics give NaN.
     """
-    out: dict[str, float] = {"last_step": float(df["step"].max()) if len(df) else math.nan}
+    steps = df["step"].to_numpy()
+    out: dict[str, float] = {"last_step": float(steps.max()) if len(steps) else math.nan}
     out["final_reward_mean"] = last_reward(df)
     for key in val_acc_keys(df.columns):
         src = VAL_ACC_RE.match(key).group(1)
-        s = df[["step", key]].dropna()
-        out[f"final_acc:{src}"] = float(s[key].iloc[-1]) if len(s) else math.nan
-        if len(s):
-            best = s.loc[s[key].idxmax()]
-            out[f"best_acc:{src}"] = float(best[key])
-            out[f"best_acc_step:{src}"] = float(best["step"])
+        v = _values(df, key)
+        ok = ~np.isnan(v)
+        if ok.any():
+            best = int(np.nanargmax(v))
+            out[f"final_acc:{src}"] = float(v[ok][-1])
+            out[f"best_acc:{src}"] = float(v[best])
+            out[f"best_acc_step:{src}"] = float(steps[best])
         else:
-            out[f"best_acc:{src}"] = out[f"best_acc_step:{src}"] = math.nan
+            out[f"final_acc:{src}"] = out[f"best_acc:{src}"] = out[f"best_acc_step:{src}"] = math.nan
     out["final_response_length"] = _last(df, RESPONSE_LENGTH_KEY)
     out["final_clip_ratio"] = _last(df, CLIP_RATIO_KEY)
     out["mean_step_s"] = _mean(df, STEP_TIME_KEY)
     for part in TIMING_PARTS:
         out[f"mean_{part}_s"] = _mean(df, f"timing_s/{part}")
-    if TOKENS_KEY in df.columns and STEP_TIME_KEY in df.columns:
-        both = df[[TOKENS_KEY, STEP_TIME_KEY]].dropna()
-        secs = float(both[STEP_TIME_KEY].sum())
-        out["tokens_per_s"] = float(both[TOKENS_KEY].sum()) / secs if secs > 0 else math.nan
-    else:
-        out["tokens_per_s"] = math.nan
+    tokens, secs = _values(df, TOKENS_KEY), _values(df, STEP_TIME_KEY)
+    both = ~(np.isnan(tokens) | np.isnan(secs))
+    total_s = float(secs[both].sum())
+    out["tokens_per_s"] = float(tokens[both].sum()) / total_s if total_s > 0 else math.nan
     out["throughput_per_gpu"] = _mean(df, THROUGHPUT_KEY)
     return out
 

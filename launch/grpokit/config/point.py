@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpokit.config.overrides import verl_overrides
 
-_SLUG = re.compile(r"[^A-Za-z0-9.]+")
+_SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -68,9 +68,9 @@ class PointSpec:
 
 
 def point_name(index: int, swept: dict[str, Any]) -> str:
-    """``NNN`` plus the swept values, e.g. ``003_train_batch_size-16_n-4``."""
-    parts = [f"{k.rsplit('.', 1)[-1]}-{v}" for k, v in swept.items()]
-    slug = _SLUG.sub("-", "_".join(parts)).strip("-")[:120]
+    """``NNN`` plus the swept values, e.g. ``003_train_batch_size-16__n-4``."""
+    parts = [_SLUG.sub("-", f"{k.rsplit('.', 1)[-1]}-{v}") for k, v in swept.items()]
+    slug = "__".join(parts).strip("-")[:120]
     return f"{index:03d}_{slug}" if slug else f"{index:03d}"
 
 
@@ -81,7 +81,8 @@ def _section(cfg: DictConfig, key: str) -> dict[str, Any]:
 
 def trainer_gpus_per_node(cfg: DictConfig) -> int:
     """GPUs per node left to the trainer once sidecars with ``placement: dedicated`` took theirs."""
-    sidecars = OmegaConf.to_container(cfg.get("sidecars") or {}, resolve=True)
+    node = cfg.get("sidecars")
+    sidecars = OmegaConf.to_container(node, resolve=True) if node else {}
     dedicated = sum(int(s.get("gpus", 1)) for s in sidecars.values() if s.get("placement") == "dedicated")
     return int(cfg.cluster.gpus_per_node) - dedicated
 

@@ -33,14 +33,27 @@ def become_subreaper() -> bool:
         return False
 
 
-def start(cmd: Sequence[str], log_path: Path, *, env: Mapping[str, str] | None = None,
-          cwd: Path | None = None) -> subprocess.Popen:
+def _ignore_usr2() -> None:
+    # Slurm delivers the job's warning signal to every process of the step; only the driver acts
+    # on it, and a process left at the default action (terminate) would die from it.
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+
+
+def start(
+    cmd: Sequence[str], log_path: Path, *, env: Mapping[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.Popen:
     """Start ``cmd`` in a new session, stdout and stderr appended to ``log_path``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:
         return subprocess.Popen(
-            list(cmd), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True,
+            list(cmd),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=_ignore_usr2,
         )
 
 

@@ -29,8 +29,17 @@ log = logging.getLogger(__name__)
 
 #: Ray worker processes each take one port of this block.
 WORKER_PORT_BLOCK = 200
-_PORT_NAMES = ("gcs", "node_manager", "object_manager", "client_server", "metrics_export",
-               "dashboard_agent_listen", "dashboard_agent_grpc", "runtime_env_agent", "dashboard")
+_PORT_NAMES = (
+    "gcs",
+    "node_manager",
+    "object_manager",
+    "client_server",
+    "metrics_export",
+    "dashboard_agent_listen",
+    "dashboard_agent_grpc",
+    "runtime_env_agent",
+    "dashboard",
+)
 
 
 class RayStartError(RuntimeError):
@@ -96,9 +105,14 @@ class RayCluster:
     nodes: list[str]
 
     def endpoints(self) -> dict:
-        return {"address": self.address, "host": self.host, "ports": self.ports,
-                "worker_ports": [self.worker_port_block, self.worker_port_block + WORKER_PORT_BLOCK - 1],
-                "temp_dir": str(self.temp_dir), "nodes": self.nodes}
+        return {
+            "address": self.address,
+            "host": self.host,
+            "ports": self.ports,
+            "worker_ports": [self.worker_port_block, self.worker_port_block + WORKER_PORT_BLOCK - 1],
+            "temp_dir": str(self.temp_dir),
+            "nodes": self.nodes,
+        }
 
     def alive(self) -> bool:
         return self.head.poll() is None and all(w.poll() is None for w in self.workers)
@@ -110,8 +124,16 @@ class RayCluster:
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
-def start_cluster(*, log_dir: Path, env: dict[str, str], num_cpus: int, num_gpus: int, nodes: list[str],
-                  multi_node_host: str | None, timeout_s: float) -> RayCluster:
+def start_cluster(
+    *,
+    log_dir: Path,
+    env: dict[str, str],
+    num_cpus: int,
+    num_gpus: int,
+    nodes: list[str],
+    multi_node_host: str | None,
+    timeout_s: float,
+) -> RayCluster:
     """Start the head here (and a worker on each other node of ``nodes``) and wait until ready.
 
     Args:
@@ -131,22 +153,47 @@ def start_cluster(*, log_dir: Path, env: dict[str, str], num_cpus: int, num_gpus
     address = f"{host}:{node_ports['gcs']}"
     ray_bin = str(Path(sys.executable).with_name("ray"))
     head_cmd = [
-        ray_bin, "start", "--head", "--block", f"--node-ip-address={host}", f"--port={node_ports['gcs']}",
-        f"--ray-client-server-port={node_ports['client_server']}", "--include-dashboard=false",
-        f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}", f"--temp-dir={temp_dir}", "--disable-usage-stats",
+        ray_bin,
+        "start",
+        "--head",
+        "--block",
+        f"--node-ip-address={host}",
+        f"--port={node_ports['gcs']}",
+        f"--ray-client-server-port={node_ports['client_server']}",
+        "--include-dashboard=false",
+        f"--num-cpus={num_cpus}",
+        f"--num-gpus={num_gpus}",
+        f"--temp-dir={temp_dir}",
+        "--disable-usage-stats",
         *port_args(node_ports, block),
     ]
     log.info("ray head: %s", " ".join(head_cmd))
     head = procs.start(head_cmd, log_dir / "ray_head.log", env=env)
-    cluster = RayCluster(address=address, host=host, temp_dir=temp_dir, ports=node_ports,
-                         worker_port_block=block, head=head, workers=[], nodes=list(nodes))
+    cluster = RayCluster(
+        address=address,
+        host=host,
+        temp_dir=temp_dir,
+        ports=node_ports,
+        worker_port_block=block,
+        head=head,
+        workers=[],
+        nodes=list(nodes),
+    )
     try:
         for node in nodes[1:]:
             worker_cmd = [
-                "srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}",
+                "srun",
+                "--overlap",
+                "--nodes=1",
+                "--ntasks=1",
+                f"--nodelist={node}",
                 *([f"--gres=gpu:{num_gpus}"] if num_gpus else []),
-                sys.executable, "-m", "grpokit.runtime.ray_worker", f"--address={address}",
-                f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}",
+                sys.executable,
+                "-m",
+                "grpokit.runtime.ray_worker",
+                f"--address={address}",
+                f"--num-cpus={num_cpus}",
+                f"--num-gpus={num_gpus}",
             ]
             log.info("ray worker on %s: %s", node, " ".join(worker_cmd))
             cluster.workers.append(procs.start(worker_cmd, log_dir / f"ray_worker_{node}.log", env=env))
@@ -159,8 +206,15 @@ def start_cluster(*, log_dir: Path, env: dict[str, str], num_cpus: int, num_gpus
 
 def wait_ready(cluster: RayCluster, *, env: dict[str, str], num_gpus: int, timeout_s: float, log_dir: Path) -> dict:
     """Poll (in a probe process) until every node is alive and its GPUs are registered."""
-    probe = [sys.executable, "-m", "grpokit.runtime.ray_probe", f"--address={cluster.address}",
-             f"--nodes={len(cluster.nodes)}", f"--gpus-per-node={num_gpus}", f"--timeout={timeout_s}"]
+    probe = [
+        sys.executable,
+        "-m",
+        "grpokit.runtime.ray_probe",
+        f"--address={cluster.address}",
+        f"--nodes={len(cluster.nodes)}",
+        f"--gpus-per-node={num_gpus}",
+        f"--timeout={timeout_s}",
+    ]
     proc = subprocess.Popen(probe, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     while True:
         try:
@@ -173,11 +227,15 @@ def wait_ready(cluster: RayCluster, *, env: dict[str, str], num_gpus: int, timeo
                 proc.communicate()
                 which = "head" if cluster.head in dead else "worker"
                 log_file = log_dir / ("ray_head.log" if which == "head" else f"ray_worker_{cluster.nodes[1]}.log")
-                raise RayStartError(f"ray {which} exited with {dead[0].returncode} during start-up; "
-                                    f"last lines of {log_file}:\n{procs.tail(log_file)}") from None
+                raise RayStartError(
+                    f"ray {which} exited with {dead[0].returncode} during start-up; "
+                    f"last lines of {log_file}:\n{procs.tail(log_file)}"
+                ) from None
     if proc.returncode != 0:
-        raise RayStartError(f"ray not ready within {timeout_s:.0f} s: {err.strip()[-2000:]}\n"
-                            f"head log tail:\n{procs.tail(log_dir / 'ray_head.log')}")
+        raise RayStartError(
+            f"ray not ready within {timeout_s:.0f} s: {err.strip()[-2000:]}\n"
+            f"head log tail:\n{procs.tail(log_dir / 'ray_head.log')}"
+        )
     summary = json.loads(out.strip().splitlines()[-1])
     log.info("ray ready: %s", summary)
     return summary

@@ -50,9 +50,14 @@ class Sidecar:
         return f"http://{self.host}:{self.port}"
 
     def endpoint(self) -> dict[str, Any]:
-        return {"kind": self.spec.get("kind"), "url": self.url, "port": self.port,
-                "internal_port_base": self.internal_port_base, "pid": self.proc.pid if self.proc else None,
-                "log": str(self.log_path)}
+        return {
+            "kind": self.spec.get("kind"),
+            "url": self.url,
+            "port": self.port,
+            "internal_port_base": self.internal_port_base,
+            "pid": self.proc.pid if self.proc else None,
+            "log": str(self.log_path),
+        }
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -60,12 +65,29 @@ class Sidecar:
 
 def _vllm_command(sc: Sidecar) -> list[str]:
     s = sc.spec
-    cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(s["model"]),
-           "--served-model-name", str(s["served_model_name"]), "--host", sc.host, "--port", str(sc.port),
-           "--dtype", str(s.get("dtype", "auto")), "--max-model-len", str(s.get("max_model_len", 2048)),
-           "--gpu-memory-utilization", str(s.get("gpu_memory_utilization", 0.9)),
-           "--max-num-seqs", str(s.get("max_num_seqs", 8)),
-           "--limit-mm-per-prompt", '{"image":0,"video":0}']
+    cmd = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.cli.main",
+        "serve",
+        str(s["model"]),
+        "--served-model-name",
+        str(s["served_model_name"]),
+        "--host",
+        sc.host,
+        "--port",
+        str(sc.port),
+        "--dtype",
+        str(s.get("dtype", "auto")),
+        "--max-model-len",
+        str(s.get("max_model_len", 2048)),
+        "--gpu-memory-utilization",
+        str(s.get("gpu_memory_utilization", 0.9)),
+        "--max-num-seqs",
+        str(s.get("max_num_seqs", 8)),
+        "--limit-mm-per-prompt",
+        '{"image":0,"video":0}',
+    ]
     if s.get("enforce_eager", False):
         cmd.append("--enforce-eager")
     return cmd + [str(a) for a in s.get("extra_args", [])]
@@ -74,10 +96,27 @@ def _vllm_command(sc: Sidecar) -> list[str]:
 def _memory_server_command(sc: Sidecar, others: dict[str, Sidecar]) -> list[str]:
     s = sc.spec
     answer = others[s["answer"]]
-    cmd = [sys.executable, "-m", "grpokit.tasks.memalpha.server", "--host", sc.host, "--port", str(sc.port),
-           "--answer-base-url", f"{answer.url}/v1", "--answer-model", str(answer.spec["served_model_name"]),
-           "--top-k", str(s.get("top_k", 20)), "--concurrency", str(s.get("concurrency", 8)),
-           "--timeout-s", str(s.get("timeout_s", 60)), "--max-prompt-tokens", str(s.get("max_prompt_tokens", 30000))]
+    cmd = [
+        sys.executable,
+        "-m",
+        "grpokit.tasks.memalpha.server",
+        "--host",
+        sc.host,
+        "--port",
+        str(sc.port),
+        "--answer-base-url",
+        f"{answer.url}/v1",
+        "--answer-model",
+        str(answer.spec["served_model_name"]),
+        "--top-k",
+        str(s.get("top_k", 20)),
+        "--concurrency",
+        str(s.get("concurrency", 8)),
+        "--timeout-s",
+        str(s.get("timeout_s", 60)),
+        "--max-prompt-tokens",
+        str(s.get("max_prompt_tokens", 30000)),
+    ]
     if s.get("tokenizer"):
         cmd += ["--tokenizer", str(s["tokenizer"])]
     return cmd
@@ -104,8 +143,15 @@ def plan_sidecars(specs: dict[str, dict[str, Any]], *, host: str, log_dir: Path)
         is_vllm = spec.get("kind") == "vllm"
         reserved = ports.reserve_ports(1, contiguous=16 if is_vllm else 0, host=host)
         port, internal = reserved[0], (reserved[1] if is_vllm else None)
-        out[name] = Sidecar(name=name, spec=spec, host=host, port=port, key=secrets.token_urlsafe(24),
-                            log_path=log_dir / f"{name}.log", internal_port_base=internal)
+        out[name] = Sidecar(
+            name=name,
+            spec=spec,
+            host=host,
+            port=port,
+            key=secrets.token_urlsafe(24),
+            log_path=log_dir / f"{name}.log",
+            internal_port_base=internal,
+        )
     return out
 
 
@@ -143,16 +189,20 @@ def wait_ready(sc: Sidecar, timeout_s: float | None = None) -> float:
     while True:
         if not sc.alive():
             code = sc.proc.returncode if sc.proc else None
-            raise SidecarError(f"sidecar {sc.name} exited with {code} during start-up; "
-                               f"last lines of {sc.log_path}:\n{procs.tail(sc.log_path)}")
+            raise SidecarError(
+                f"sidecar {sc.name} exited with {code} during start-up; "
+                f"last lines of {sc.log_path}:\n{procs.tail(sc.log_path)}"
+            )
         try:
             if httpx.get(url, headers=headers, timeout=2.0).status_code == 200:
                 return time.monotonic() - start
         except httpx.HTTPError:
             pass
         if time.monotonic() - start > timeout_s:
-            raise SidecarError(f"sidecar {sc.name} not ready at {url} after {timeout_s:.0f} s (process alive); "
-                               f"last lines of {sc.log_path}:\n{procs.tail(sc.log_path)}")
+            raise SidecarError(
+                f"sidecar {sc.name} not ready at {url} after {timeout_s:.0f} s (process alive); "
+                f"last lines of {sc.log_path}:\n{procs.tail(sc.log_path)}"
+            )
         time.sleep(0.25)
 
 

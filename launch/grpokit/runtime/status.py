@@ -78,13 +78,19 @@ class StatusFile:
         self.data["attempts"][-1].update(fields)
         self.save()
 
-    def finish(self, state: str, *, ended_by: str, reason: str = "", exit_code: int | None = None,
-               **attempt_fields: Any) -> None:
+    def finish(
+        self, state: str, *, ended_by: str, reason: str = "", exit_code: int | None = None, **attempt_fields: Any
+    ) -> None:
         """Close the current attempt and set the point's state."""
         attempt = self.data["attempts"][-1]
         start = dt.datetime.fromisoformat(attempt["start"])
-        attempt.update(end=now(), ended_by=ended_by, exit_code=exit_code,
-                       elapsed_s=round((dt.datetime.now(dt.UTC) - start).total_seconds(), 1), **attempt_fields)
+        attempt.update(
+            end=now(),
+            ended_by=ended_by,
+            exit_code=exit_code,
+            elapsed_s=round((dt.datetime.now(dt.UTC) - start).total_seconds(), 1),
+            **attempt_fields,
+        )
         self.data.update(state=state, reason=reason, exit_code=exit_code)
         if "last_step" in attempt_fields and attempt_fields["last_step"] is not None:
             self.data["last_step"] = attempt_fields["last_step"]

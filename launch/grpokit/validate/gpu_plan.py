@@ -66,16 +66,13 @@ def check(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
             Problem(
                 spec.name,
                 "cluster.gpus_per_node",
-                f"{p['gpus_per_node']} GPU(s) per node leave none to the trainer after the "
-                "dedicated sidecars",
+                f"{p['gpus_per_node']} GPU(s) per node leave none to the trainer after the dedicated sidecars",
                 "ask for more GPUs or set the sidecars' placement: shared",
             )
         )
     shared = {n: s for n, s in p["sidecars"].items() if s["placement"] == "shared"}
     if shared and p["gpu0_vllm_fraction_sum"] > MAX_SHARED_FRACTION:
-        parts = " + ".join(
-            [f"rollout {fraction}"] + [f"{n} {s['gpu_memory_utilization']}" for n, s in shared.items()]
-        )
+        parts = " + ".join([f"rollout {fraction}"] + [f"{n} {s['gpu_memory_utilization']}" for n, s in shared.items()])
         room = round(MAX_SHARED_FRACTION - sum(s["gpu_memory_utilization"] for s in shared.values()), 2)
         problems.append(
             Problem(

@@ -83,16 +83,12 @@ def run_validate_config(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
     from verl.utils.config import validate_config
 
     try:
-        validate_config(
-            config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg)
-        )
+        validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
     except Exception as exc:
         text = str(exc)
         match = _FULL_KEY.search(text)
         key = f"verl.{match.group(1)}" if match else "verl"
         cause = exc.__cause__ or exc
         message = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
-        return [
-            Problem(spec.name, key, f"verl's validate_config: {message}", "change the setting verl names")
-        ]
+        return [Problem(spec.name, key, f"verl's validate_config: {message}", "change the setting verl names")]
     return []

@@ -1,0 +1,382 @@
+"""The in-job driver: one sweep point from start to ``status.json``, on every path.
+
+The submitit array task, ``sbatch slurm/train.sbatch`` and a local run all call :func:`run_point`.
+It makes the run folder, validates the point again with the installed verl, repairs the checkpoint
+folder for resume, starts the sidecars and the job's own Ray, runs the trainer under supervision
+and stops everything it started, however the attempt ends:
+
+- trainer exits 0 -> ``completed``;
+- USR2 (Slurm's warning before the time limit, or a preemption with a user signal) -> the trainer
+  checkpoints at its next step boundary, then the job requeues itself (``scontrol requeue``; a
+  bounded number of times for time limits, unbounded for preemptions) -> ``requeued``;
+- SIGTERM (preemption without a user signal, scancel) -> same request, a short grace, stop;
+- a sidecar or Ray dies -> the trainer is stopped -> ``failed`` naming the component;
+- no CUDA GPU and ``runtime.needs_gpu`` -> every stage but training -> ``skipped_no_gpu``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from grpokit.config.point import PointSpec
+from grpokit.runtime import control, environment, procs, ray_cluster, sidecars, trainer
+from grpokit.runtime.metrics import read_jsonl, write_merged
+from grpokit.runtime.ports import release_ports
+from grpokit.runtime.resume import prepare_resume
+from grpokit.runtime.status import StatusFile, write_json_atomic
+from grpokit.validate import gpu_plan, validate_point
+
+log = logging.getLogger(__name__)
+
+#: Exit codes of the driver process (the sbatch path exits with them).
+EXIT_OK, EXIT_FAILED, EXIT_REQUEUED = 0, 1, 0
+
+
+class JobFailed(RuntimeError):
+    """The attempt failed for a reason the driver can name (``ended_by`` says which kind)."""
+
+    def __init__(self, message: str, ended_by: str = "failed"):
+        super().__init__(message)
+        self.ended_by = ended_by
+
+
+def _setup_logging(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    for handler in (logging.FileHandler(path), logging.StreamHandler(sys.stderr)):
+        handler.setFormatter(fmt)
+        root.addHandler(handler)
+
+
+def _slurm_time_left_s() -> float | None:
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return None
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%L"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = out.stdout.strip()
+    if not text or text in ("INVALID", "UNLIMITED", "NOT_SET"):
+        return None
+    days, _, clock = text.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    return (int(days or 0) * 24 + parts[0]) * 3600 + parts[1] * 60 + parts[2]
+
+
+class Driver:
+    """Runs one attempt of one point; see the module docstring for the outcomes."""
+
+    def __init__(self, spec: PointSpec):
+        self.spec = spec
+        self.run_dir = Path(spec.run_dir)
+        self.ctl = control.control_dir(self.run_dir)
+        self.grace_s = float(spec.runtime.get("kill_grace_s", 15))
+        self.stop_signal: int | None = None
+        self.stop_at: float | None = None
+        self.cluster: ray_cluster.RayCluster | None = None
+        self.sidecars: dict[str, sidecars.Sidecar] = {}
+        self.trainer_proc: subprocess.Popen | None = None
+        self.timings: dict[str, float] = {}
+        self.t0 = time.monotonic()
+
+    # -- signals -------------------------------------------------------------------------------
+    def _on_signal(self, signum, _frame) -> None:
+        if self.stop_signal is not None:
+            return
+        self.stop_signal = signum
+        name = signal.Signals(signum).name
+        log.warning("%s received: asking the trainer to checkpoint at its next step boundary", name)
+        control.request_save(self.ctl, reason=name)
+        # USR2 comes signal_lead_s before the end; SIGTERM only KillWait/GraceTime before SIGKILL.
+        budget = float(self.spec.runtime.get("save_deadline_s", 900))
+        if signum != signal.SIGUSR2:
+            budget = min(budget, self.grace_s * 2)
+        left = _slurm_time_left_s()
+        if left is not None:
+            budget = min(budget, max(left - self.grace_s, 5))
+        self.stop_at = time.monotonic() + budget
+
+    def _install_signals(self) -> None:
+        for sig in (signal.SIGUSR2, signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+
+    # -- the run folder --------------------------------------------------------------------------
+    def _write_run_files(self, attempt_dir: Path) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "point.json").write_text(self.spec.to_json())
+        write_json_atomic(self.run_dir / "env.json", environment.summary())
+        ckpt = Path(self.spec.checkpoint_dir)
+        ckpt.mkdir(parents=True, exist_ok=True)
+        link = self.run_dir / "checkpoints"
+        if ckpt != link and not link.exists():
+            link.symlink_to(ckpt, target_is_directory=True)
+        attempt_dir.mkdir(parents=True, exist_ok=True)
+
+    def _target_step(self) -> int | None:
+        value = self.spec.verl_value("trainer.total_training_steps")
+        return int(value) if value not in (None, "null") else None
+
+    # -- stages ------------------------------------------------------------------------------------
+    def _validate(self) -> Any:
+        cfg, problems = validate_point(self.spec)
+        if problems:
+            raise JobFailed("the point does not validate:\n" + "\n".join(map(str, problems)), "invalid")
+        return cfg
+
+    def _start_services(self, cfg, attempt_dir: Path, base_env: dict[str, str]) -> dict[str, str]:
+        nodes = environment.node_names()
+        host = "127.0.0.1" if len(nodes) <= 1 else _node_address()
+        plan = gpu_plan.plan(self.spec, float(cfg.actor_rollout_ref.rollout.gpu_memory_utilization))
+        visible = environment.visible_gpus() or [str(i) for i in range(plan["gpus_per_node"])]
+        plan["physical"] = {
+            "trainer": [visible[i] for i in plan["trainer"]["gpus"] if i < len(visible)],
+            **{n: [visible[i] for i in s["gpus"] if i < len(visible)] for n, s in plan["sidecars"].items()},
+        }
+        write_json_atomic(self.run_dir / "gpu_plan.json", plan)
+
+        env = dict(base_env)
+        self.sidecars = sidecars.plan_sidecars(self.spec.sidecars, host=host, log_dir=attempt_dir / "sidecars")
+        env.update(sidecars.client_env(self.sidecars))
+        t = time.monotonic()
+        for name, sc in self.sidecars.items():
+            devices = plan["physical"].get(name)
+            sidecars.start(sc, self.sidecars, env=env, cuda_devices=",".join(devices) if devices else None)
+
+        trainer_gpus = plan["physical"]["trainer"]
+        ray_env = dict(env)
+        if environment.visible_gpus():
+            ray_env["CUDA_VISIBLE_DEVICES"] = ",".join(trainer_gpus)
+        ray_env.update(ray_cluster.auth_env(self.run_dir / ".secrets"))
+        self.cluster = ray_cluster.start_cluster(
+            log_dir=attempt_dir / "ray",
+            env=ray_env,
+            num_cpus=environment.cpus_for_ray(self.spec.cluster.get("cpus_per_task")),
+            num_gpus=len(trainer_gpus),
+            nodes=nodes,
+            multi_node_host=host,
+            timeout_s=float(self.spec.runtime.get("ray_start_timeout_s", 180)),
+        )
+        self.timings["ray_ready_s"] = round(time.monotonic() - t, 2)
+        for sc in self.sidecars.values():
+            sidecars.wait_ready(sc)
+        self.timings["sidecars_ready_s"] = round(time.monotonic() - t, 2)
+        endpoints = {"ray": self.cluster.endpoints(), "sidecars": {n: s.endpoint() for n, s in self.sidecars.items()}}
+        write_json_atomic(self.run_dir / "endpoints.json", endpoints)
+        ray_env["RAY_ADDRESS"] = self.cluster.address
+        return ray_env
+
+    def _sidecar_overrides(self) -> list[str]:
+        """``reward_kwargs`` that point the reward at the sidecars (``spec.reward_kwargs`` templates)."""
+        out = []
+        for sc in self.sidecars.values():
+            for key, template in (sc.spec.get("reward_kwargs") or {}).items():
+                out.append(f"+reward.custom_reward_function.reward_kwargs.{key}={template.format(url=sc.url)}")
+        return out
+
+    def _supervise_trainer(self, cmd: list[str], env: dict[str, str], attempt_dir: Path) -> int:
+        log_path = attempt_dir / "trainer.log"
+        self.trainer_proc = procs.start(cmd, log_path, env=env, cwd=self.run_dir)
+        log.info(
+            "trainer launched with Ray ready (pid %d, %.2f s after job start)",
+            self.trainer_proc.pid,
+            time.monotonic() - self.t0,
+        )
+        self.timings["trainer_launched_s"] = round(time.monotonic() - self.t0, 2)
+        while True:
+            rc = self.trainer_proc.poll()
+            if rc is not None:
+                return rc
+            if self.stop_signal is not None:
+                # On SIGTERM Slurm signals every process of the job: deaths are expected now.
+                if self.stop_at is not None and time.monotonic() > self.stop_at:
+                    log.warning("trainer did not stop in time after the save request: stopping it")
+                    procs.stop_tree(self.trainer_proc.pid, self.grace_s, name="trainer")
+                    return self.trainer_proc.wait()
+                time.sleep(0.5)
+                continue
+            dead = [sc for sc in self.sidecars.values() if not sc.alive()]
+            if dead:
+                sc = dead[0]
+                procs.stop_tree(self.trainer_proc.pid, self.grace_s, name="trainer")
+                raise JobFailed(
+                    f"sidecar {sc.name} died (exit {sc.proc.returncode}) while the trainer ran; "
+                    f"last lines of {sc.log_path}:\n{procs.tail(sc.log_path)}",
+                    "sidecar_failed",
+                )
+            if self.cluster is not None and not self.cluster.alive():
+                procs.stop_tree(self.trainer_proc.pid, self.grace_s, name="trainer")
+                raise JobFailed("the job's Ray cluster died while the trainer ran; see attempts/*/ray/", "ray_failed")
+            time.sleep(0.5)
+
+    # -- outcome -----------------------------------------------------------------------------------
+    def _interrupted_outcome(self, status: StatusFile) -> tuple[str, str, bool]:
+        """(state, ended_by, requeue) after a stop signal."""
+        sig = self.stop_signal
+        if sig == signal.SIGUSR2:
+            left = _slurm_time_left_s()
+            lead = float(self.spec.cluster.get("signal_lead_s", 600))
+            ended_by = "timeout" if left is not None and left <= lead + 60 else "preempted"
+        elif sig == signal.SIGTERM:
+            ended_by = "preempted"
+        else:
+            ended_by = "cancelled"
+        if ended_by == "timeout":
+            allowed = int(self.spec.runtime.get("max_timeout_requeues", 3))
+            if status.count_ended_by("timeout") >= allowed:
+                return "failed", ended_by, False
+        requeue = environment.in_slurm() and sig == signal.SIGUSR2
+        return ("requeued" if ended_by != "cancelled" else "cancelled"), ended_by, requeue
+
+    def run(self) -> int:
+        """Run one attempt; returns the process exit code."""
+        status = StatusFile(self.run_dir)
+        if status.data.get("state") == "completed":
+            log.info("point %s already %s: nothing to do", self.spec.name, status.data["state"])
+            return EXIT_OK
+        attempt = status.attempt + 1
+        attempt_dir = self.run_dir / "attempts" / str(attempt)
+        self._write_run_files(attempt_dir)
+        _setup_logging(attempt_dir / "driver.log")
+        procs.become_subreaper()
+        self._install_signals()
+        control.reset(self.ctl)
+        status.start_attempt(target_step=self._target_step(), slurm=environment.slurm_info())
+        log.info("point %s, attempt %d, run folder %s", self.spec.name, attempt, self.run_dir)
+        state, ended_by, reason, exit_code, requeue = "failed", "failed", "", None, False
+        try:
+            cfg = self._validate()
+            keep = cfg.trainer.get("max_actor_ckpt_to_keep")
+            resume = prepare_resume(Path(self.spec.checkpoint_dir), keep=int(keep) if keep else None)
+            status.update_attempt(resume_step=resume["resume_step"])
+            env = {
+                **os.environ,
+                **{k: str(v) for k, v in (self.spec.runtime.get("env") or {}).items()},
+                **trainer.environment(self.run_dir, attempt_dir),
+            }
+            env = self._start_services(cfg, attempt_dir, env)
+            cmd = trainer.command(self.spec, self._sidecar_overrides())
+            trainer.write_command_file(
+                self.run_dir / "verl_cmd.sh", cmd, list(trainer.environment(self.run_dir, attempt_dir))
+            )
+            if self.spec.runtime.get("needs_gpu", True) and not environment.cuda_available():
+                state = ended_by = "skipped_no_gpu"
+                reason = (
+                    "no CUDA GPU on this node: Ray, the sidecars and verl's config check ran; training was "
+                    f"skipped. The trainer command is in {self.run_dir / 'verl_cmd.sh'}"
+                )
+                exit_code = 0
+            elif self.stop_signal is not None:
+                state, ended_by, requeue = self._interrupted_outcome(status)
+                reason = "stopped before the trainer started"
+            else:
+                exit_code = self._supervise_trainer(cmd, env, attempt_dir)
+                saved = control.saved_marker(self.ctl)
+                if self.stop_signal is not None:
+                    state, ended_by, requeue = self._interrupted_outcome(status)
+                    reason = (
+                        f"checkpointed step {saved['step']} on {signal.Signals(self.stop_signal).name}"
+                        if saved
+                        else f"stopped on {signal.Signals(self.stop_signal).name} without a new "
+                        "checkpoint (resumes from the last one)"
+                    )
+                elif exit_code == 0:
+                    state, ended_by = "completed", "completed"
+                else:
+                    reason = (
+                        f"trainer exited with {exit_code}; last lines of trainer.log:\n"
+                        f"{procs.tail(attempt_dir / 'trainer.log')}"
+                    )
+        except JobFailed as exc:
+            ended_by, reason = exc.ended_by, str(exc)
+            log.error("%s", exc)
+        except (sidecars.SidecarError, ray_cluster.RayStartError) as exc:
+            ended_by = "sidecar_failed" if isinstance(exc, sidecars.SidecarError) else "ray_failed"
+            reason = str(exc)
+            log.error("%s", exc)
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            log.exception("driver error")
+        finally:
+            self._teardown()
+        last_step = _last_step(attempt_dir / "metrics.jsonl")
+        try:
+            write_merged(self.run_dir)
+        except Exception:  # merged metrics are a convenience; never lose the status over them
+            log.exception("could not merge metrics")
+        status.finish(
+            state,
+            ended_by=ended_by,
+            reason=reason,
+            exit_code=exit_code,
+            last_step=last_step,
+            timings=self.timings,
+            slurm_state="REQUEUED" if requeue else None,
+        )
+        log.info("point %s: %s (%s) %s", self.spec.name, state, ended_by, reason.splitlines()[0] if reason else "")
+        if requeue:
+            _requeue_self()
+            return EXIT_REQUEUED
+        return EXIT_OK if state in ("completed", "skipped_no_gpu") else EXIT_FAILED
+
+    def _teardown(self) -> None:
+        if self.trainer_proc is not None:
+            procs.stop_tree(self.trainer_proc.pid, self.grace_s, name="trainer")
+        sidecars.stop(self.sidecars, self.grace_s)
+        if self.cluster is not None:
+            self.cluster.stop(self.grace_s)
+        procs.stop_all_children(self.grace_s)
+        release_ports()
+
+
+def _last_step(metrics_path: Path) -> int | None:
+    steps = [r.get("step") for r in read_jsonl(metrics_path)] if metrics_path.exists() else []
+    steps = [s for s in steps if isinstance(s, int)]
+    return max(steps) if steps else None
+
+
+def _node_address() -> str:
+    import socket
+
+    return socket.gethostbyname(socket.gethostname())
+
+
+def _requeue_self() -> None:
+    """``scontrol requeue`` this job: it goes back to the queue with the same id (and run folder)."""
+    job = os.environ["SLURM_JOB_ID"]
+    log.info("requeueing job %s", job)
+    for handler_sig in (signal.SIGTERM, signal.SIGUSR2):
+        signal.signal(handler_sig, signal.SIG_IGN)  # Slurm signals the job while requeueing it
+    out = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
+    if out.returncode != 0:
+        log.error("scontrol requeue %s failed: %s", job, out.stderr.strip())
+
+
+def run_point(spec: PointSpec | dict | str) -> int:
+    """Run one attempt of a point (a :class:`PointSpec`, its dict, or its JSON) in this process."""
+    if isinstance(spec, str):
+        spec = PointSpec.from_json(spec)
+    elif isinstance(spec, dict):
+        spec = PointSpec(**spec)
+    return Driver(spec).run()
+
+
+def main() -> None:
+    """``python -m grpokit.runtime.driver <point.json>``: run a point whose spec is in a file."""
+    spec = PointSpec.from_json(Path(sys.argv[1]).read_text())
+    sys.exit(run_point(spec))
+
+
+if __name__ == "__main__":
+    main()

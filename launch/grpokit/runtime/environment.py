@@ -1,0 +1,105 @@
+"""What the job knows about where it runs: Slurm's allocation, the GPUs, the run folder's env summary."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+SLURM_VARS = (
+    "SLURM_JOB_ID",
+    "SLURM_ARRAY_JOB_ID",
+    "SLURM_ARRAY_TASK_ID",
+    "SLURM_RESTART_COUNT",
+    "SLURM_JOB_NODELIST",
+    "SLURM_JOB_NUM_NODES",
+    "SLURM_CPUS_ON_NODE",
+    "SLURM_GPUS_ON_NODE",
+    "SLURM_JOB_PARTITION",
+    "SLURMD_NODENAME",
+    "CUDA_VISIBLE_DEVICES",
+)
+
+
+def in_slurm() -> bool:
+    return bool(os.environ.get("SLURM_JOB_ID"))
+
+
+def slurm_info() -> dict[str, Any]:
+    """The allocation as ``status.json`` records it (empty outside Slurm)."""
+    env = os.environ
+    if not in_slurm():
+        return {}
+    return {
+        "job_id": env.get("SLURM_JOB_ID"),
+        "array_job_id": env.get("SLURM_ARRAY_JOB_ID"),
+        "array_task_id": int(env["SLURM_ARRAY_TASK_ID"]) if env.get("SLURM_ARRAY_TASK_ID") else None,
+        "restart_count": int(env.get("SLURM_RESTART_COUNT", 0)),
+        "nodelist": env.get("SLURM_JOB_NODELIST"),
+        "partition": env.get("SLURM_JOB_PARTITION"),
+        "gpus": len(visible_gpus()),
+    }
+
+
+def node_names() -> list[str]:
+    """The allocation's host names, this (the first) node first; ``[hostname]`` outside Slurm."""
+    nodelist = os.environ.get("SLURM_JOB_NODELIST")
+    if not nodelist:
+        return [socket.gethostname()]
+    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
+    names = out.stdout.split()
+    me = os.environ.get("SLURMD_NODENAME")
+    return sorted(names, key=lambda n: n != me) if me in names else names
+
+
+def visible_gpus() -> list[str]:
+    """GPU ids this job may use (``CUDA_VISIBLE_DEVICES`` as Slurm set it), or [] when unset."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    return [v for v in value.split(",") if v.strip()] if value.strip() else []
+
+
+def cuda_available() -> bool:
+    """Whether a real CUDA GPU is present (Slurm's gres may schedule devices that are not GPUs)."""
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+            return out.returncode == 0 and "GPU" in out.stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return gpus.is_dir() and any(gpus.iterdir())
+
+
+def cpus_for_ray(cluster_cpus: int | None) -> int:
+    """CPUs given to Ray on each node: Slurm's count, else the config's, else this machine's."""
+    if os.environ.get("SLURM_CPUS_ON_NODE"):
+        return int(os.environ["SLURM_CPUS_ON_NODE"])
+    if cluster_cpus:
+        return int(cluster_cpus)
+    return len(os.sched_getaffinity(0))
+
+
+def summary() -> dict[str, Any]:
+    """``env.json``: host, Python, the stack's versions, Slurm variables (no secrets)."""
+    versions = {}
+    for pkg in ("verl", "vllm", "ray", "torch", "transformers", "hydra-core", "submitit", "grpokit"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    return {
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "executable": sys.executable,
+        "versions": versions,
+        "slurm": {k: os.environ.get(k) for k in SLURM_VARS if os.environ.get(k) is not None},
+        "cuda_available": cuda_available(),
+        "tmpdir": os.environ.get("TMPDIR"),
+    }

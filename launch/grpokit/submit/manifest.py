@@ -1,0 +1,58 @@
+"""``manifest.json`` of a sweep folder: the points, their overrides, Slurm ids and run folders."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from grpokit.config.point import PointSpec
+from grpokit.runtime.status import now, write_json_atomic
+
+MANIFEST = "manifest.json"
+
+
+def point_entry(spec: PointSpec, job_id: str | None = None) -> dict[str, Any]:
+    array_job_id, _, task = (job_id or "").partition("_")
+    return {
+        "index": spec.index,
+        "name": spec.name,
+        "overrides": spec.kit_overrides,
+        "swept": spec.swept,
+        "run_dir": spec.run_dir,
+        "job_id": job_id,
+        "array_job_id": array_job_id or None,
+        "array_task_id": int(task) if task else None,
+        "submitted": now() if job_id else None,
+        "history": [],
+    }
+
+
+def write_manifest(
+    sweep_dir: Path,
+    specs: list[PointSpec],
+    job_ids: list[str | None],
+    *,
+    experiment: str,
+    cluster: str,
+    swept_keys: list[str],
+) -> Path:
+    """Write the manifest (atomically); ``job_ids[i]`` is point i's Slurm id (None when not submitted)."""
+    data = {
+        "sweep": specs[0].sweep_name if specs else sweep_dir.name,
+        "created": now(),
+        "experiment": experiment,
+        "cluster": cluster,
+        "swept_keys": swept_keys,
+        "points": [point_entry(s, j) for s, j in zip(specs, job_ids, strict=True)],
+    }
+    path = Path(sweep_dir) / MANIFEST
+    write_json_atomic(path, data)
+    return path
+
+
+def read_manifest(sweep_dir: Path) -> dict[str, Any]:
+    path = Path(sweep_dir) / MANIFEST
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: pass a sweep folder written by launch/sweep.py")
+    return json.loads(path.read_text())

@@ -1,0 +1,174 @@
+"""compose -> build points -> validate all -> dry run | submit one Slurm array | run locally -> manifest."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hydra.core.utils import JobReturn, JobStatus
+from omegaconf import DictConfig, OmegaConf
+
+from grpokit.config.point import PointSpec, build_point
+from grpokit.submit import slurm
+from grpokit.submit.manifest import write_manifest
+from grpokit.submit.task import RunPointTask
+from grpokit.validate import Problem, SweepValidationError, validate_points
+
+log = logging.getLogger(__name__)
+
+
+def _parse(override: str) -> tuple[str, str]:
+    key, _, value = override.partition("=")
+    return key.lstrip("+~"), value
+
+
+def swept_keys(job_overrides: list[list[str]]) -> list[str]:
+    """Keys whose value differs between points, in command-line order."""
+    values: dict[str, set[str]] = {}
+    order: list[str] = []
+    for overrides in job_overrides:
+        for o in overrides:
+            k, v = _parse(o)
+            if k not in values:
+                values[k] = set()
+                order.append(k)
+            values[k].add(v)
+    return [k for k in order if len(values[k]) > 1 or len(job_overrides) == 1 and k.startswith("verl.")]
+
+
+def build_points(config: DictConfig, load, job_overrides: list[list[str]], first_index: int = 0) -> list[PointSpec]:
+    """One :class:`PointSpec` per point; ``load(overrides)`` composes a point's kit config."""
+    keys = swept_keys(job_overrides)
+    specs = []
+    for i, overrides in enumerate(job_overrides):
+        cfg = load(overrides)
+        swept = dict(_parse(o) for o in overrides if _parse(o)[0] in keys)
+        specs.append(build_point(cfg, index=first_index + i, kit_overrides=overrides, swept=swept))
+    return specs
+
+
+def check_picklable(specs: list[PointSpec]) -> None:
+    """What submitit will pickle must pickle now, not fail after submission (hydra#3038)."""
+    import cloudpickle
+
+    problems = []
+    for spec in specs:
+        for what, obj in (("the task", RunPointTask()), ("the point spec", spec.to_json())):
+            try:
+                cloudpickle.dumps(obj)
+            except Exception as exc:
+                problems.append(
+                    Problem(
+                        spec.name,
+                        what,
+                        f"cannot be pickled: {type(exc).__name__}: {exc}",
+                        "keep only plain values (str, numbers, lists, dicts) in the config",
+                    )
+                )
+    if problems:
+        raise SweepValidationError(problems)
+
+
+def write_dry_run(sweep_dir: Path, specs: list[PointSpec], cluster: dict[str, Any]) -> Path:
+    """``dry_run.md``: per point, the verl command line and the Slurm request."""
+    from grpokit.runtime import trainer
+
+    lines = [f"# Dry run of sweep {specs[0].sweep_name}: {len(specs)} point(s), nothing submitted", ""]
+    if cluster.get("kind") == "slurm":
+        lines += [
+            "## Slurm request (one array)",
+            "```",
+            slurm.sbatch_preview(cluster, name=specs[0].sweep_name, num_points=len(specs)),
+            "```",
+            "",
+        ]
+    for spec in specs:
+        cmd = trainer.command(spec, [])
+        lines += [f"## {spec.name}", f"run folder: {spec.run_dir}", "", "```", " \\\n  ".join(cmd), "```", ""]
+    path = sweep_dir / "dry_run.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def submit_slurm(sweep_dir: Path, specs: list[PointSpec], cluster: dict[str, Any]) -> list[str]:
+    """Submit every point as one job array; returns the Slurm ids (``ARRAY_TASK``)."""
+    executor = slurm.make_executor(sweep_dir / "submitit", cluster, name=specs[0].sweep_name, num_points=len(specs))
+    jobs = executor.map_array(RunPointTask(), [s.to_json() for s in specs])
+    return [str(j.job_id) for j in jobs]
+
+
+def run_local(specs: list[PointSpec]) -> list[int]:
+    """Run points one after another on this machine (a workstation's GPU holds one at a time)."""
+    codes = []
+    for spec in specs:
+        Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
+        point_file = Path(spec.run_dir) / "point.json"
+        point_file.write_text(spec.to_json())
+        log.info("running %s locally", spec.name)
+        codes.append(subprocess.call([sys.executable, "-m", "grpokit.runtime.driver", str(point_file)]))
+    return codes
+
+
+def wait_for(specs: list[PointSpec], poll_s: float = 5.0) -> None:
+    """Block until every point's ``status.json`` is final (the sweep's ``wait=true``)."""
+    from grpokit.runtime.status import FINAL_STATES, read_status
+
+    while True:
+        states = [read_status(Path(s.run_dir)).get("state") for s in specs]
+        if all(st in FINAL_STATES for st in states):
+            return
+        time.sleep(poll_s)
+
+
+def launch_sweep(
+    config: DictConfig, hydra_context, job_overrides: list[list[str]], first_index: int
+) -> list[JobReturn]:
+    """The launcher's body (see :mod:`hydra_plugins.grpokit_launcher.grpokit_launcher`)."""
+
+    def load(overrides: list[str]) -> DictConfig:
+        return hydra_context.config_loader.load_sweep_config(config, list(overrides))
+
+    started = time.monotonic()
+    specs = build_points(config, load, job_overrides, first_index)
+    try:
+        validate_points(specs)
+        check_picklable(specs)
+    except SweepValidationError as exc:
+        print(str(exc), file=sys.stderr)
+        raise SystemExit(2) from None
+    log.info("validated %d point(s) in %.1f s", len(specs), time.monotonic() - started)
+    first = load(job_overrides[0])
+    cluster = OmegaConf.to_container(first.cluster, resolve=True)
+    sweep_dir = Path(specs[0].run_dir).parent
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    keys = swept_keys(job_overrides)
+    meta = {"experiment": str(first.experiment.name), "cluster": str(cluster.get("kind")), "swept_keys": keys}
+    if bool(first.dry_run):
+        path = write_dry_run(sweep_dir, specs, cluster)
+        write_manifest(sweep_dir, specs, [None] * len(specs), **meta)
+        print(path.read_text())
+        print(f"dry run: {len(specs)} point(s) validated, nothing submitted; see {path}")
+        return [_job_return(s, None) for s in specs]
+    if cluster.get("kind") == "slurm":
+        job_ids = submit_slurm(sweep_dir, specs, cluster)
+        write_manifest(sweep_dir, specs, job_ids, **meta)
+        print(f"submitted {len(specs)} point(s) as Slurm array {job_ids[0].split('_')[0]}; sweep folder {sweep_dir}")
+        print(f"  watch: python launch/status.py {sweep_dir} --watch")
+        if bool(first.get("wait", False)):
+            wait_for(specs)
+        return [_job_return(s, j) for s, j in zip(specs, job_ids, strict=True)]
+    write_manifest(sweep_dir, specs, [None] * len(specs), **meta)
+    codes = run_local(specs)
+    print(f"ran {len(specs)} point(s) locally; sweep folder {sweep_dir}")
+    return [_job_return(s, c) for s, c in zip(specs, codes, strict=True)]
+
+
+def _job_return(spec: PointSpec, value) -> JobReturn:
+    ret = JobReturn(overrides=spec.kit_overrides, working_dir=spec.run_dir)
+    ret.status = JobStatus.COMPLETED
+    ret.return_value = value
+    return ret

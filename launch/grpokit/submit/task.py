@@ -1,0 +1,20 @@
+"""The callable submitit pickles for each array task: run one point with the in-job driver."""
+
+from __future__ import annotations
+
+import os
+
+
+class RunPointTask:
+    """``RunPointTask()(spec_json) -> exit code``. Plain data in, so it always pickles.
+
+    With several nodes submitit starts one task per node; task 0 drives the job (and starts the
+    Ray workers on the other nodes itself through ``srun --overlap``), the others return at once.
+    """
+
+    def __call__(self, spec_json: str) -> int:
+        if int(os.environ.get("SLURM_PROCID", "0")) != 0:
+            return 0
+        from grpokit.runtime.driver import run_point
+
+        return run_point(spec_json)

@@ -64,7 +64,9 @@ def load_items(parquet: Path | str, limit: int | None = None) -> list[EvalItem]:
     df = pd.read_parquet(parquet)
     for col in ("prompt", "reward_model"):
         if col not in df.columns:
-            raise ValueError(f"{parquet}: no column {col!r} (expected verl's RL dataset format); has {list(df.columns)}")
+            raise ValueError(
+                f"{parquet}: no column {col!r} (expected verl's RL dataset format); has {list(df.columns)}"
+            )
     if limit is not None:
         df = df.head(limit)
     items = []
@@ -73,9 +75,15 @@ def load_items(parquet: Path | str, limit: int | None = None) -> list[EvalItem]:
         extra = _plain(row.get("extra_info")) or {}
         reward = _plain(row["reward_model"])
         question = extra.get("question") or next((m["content"] for m in messages if m["role"] == "user"), "")
-        items.append(EvalItem(index=int(extra.get("index", i)), question=str(question), messages=messages,
-                              ground_truth=str(reward["ground_truth"]),
-                              data_source=str(row.get("data_source", "openai/gsm8k"))))
+        items.append(
+            EvalItem(
+                index=int(extra.get("index", i)),
+                question=str(question),
+                messages=messages,
+                ground_truth=str(reward["ground_truth"]),
+                data_source=str(row.get("data_source", "openai/gsm8k")),
+            )
+        )
     return items
 
 
@@ -94,22 +102,27 @@ def load_scorer(spec: str | None) -> Scorer:
     func = getattr(importlib.import_module(mod_name), fn)
 
     def score(data_source, solution_str, ground_truth, extra_info=None):
-        out = func(data_source=data_source, solution_str=solution_str, ground_truth=ground_truth,
-                   extra_info=extra_info or {})
+        out = func(
+            data_source=data_source, solution_str=solution_str, ground_truth=ground_truth, extra_info=extra_info or {}
+        )
         return float(out["score"] if isinstance(out, dict) else out)
 
     return score
 
 
-async def _answer_all(ep: Endpoint, items: list[EvalItem], max_tokens: int, concurrency: int,
-                      timeout_s: float) -> list[str]:
+async def _answer_all(
+    ep: Endpoint, items: list[EvalItem], max_tokens: int, concurrency: int, timeout_s: float
+) -> list[str]:
     client = AsyncOpenAI(base_url=ep.base_url, api_key=ep.api_key, timeout=timeout_s, max_retries=2)
     sem = asyncio.Semaphore(concurrency)
 
     async def one(item: EvalItem) -> str:
         async with sem:
             resp = await client.chat.completions.create(
-                model=ep.model, messages=item.messages, temperature=0.0, max_tokens=max_tokens,
+                model=ep.model,
+                messages=item.messages,
+                temperature=0.0,
+                max_tokens=max_tokens,
             )
             return resp.choices[0].message.content or ""
 
@@ -119,8 +132,9 @@ async def _answer_all(ep: Endpoint, items: list[EvalItem], max_tokens: int, conc
         await client.close()
 
 
-def answer_all(ep: Endpoint, items: list[EvalItem], max_tokens: int = 1024, concurrency: int = 16,
-               timeout_s: float = 600.0) -> list[str]:
+def answer_all(
+    ep: Endpoint, items: list[EvalItem], max_tokens: int = 1024, concurrency: int = 16, timeout_s: float = 600.0
+) -> list[str]:
     """Greedy (temperature 0) answers of one endpoint, in item order."""
     return asyncio.run(_answer_all(ep, items, max_tokens, concurrency, timeout_s))
 
@@ -157,8 +171,11 @@ def write_results(result: dict, endpoints: list[Endpoint], out_dir: Path) -> dic
         "disagreements": len(result["disagreements"]),
         "endpoints": [{k: v for k, v in asdict(ep).items() if k != "api_key"} for ep in endpoints],
     }
-    paths = {"summary": out_dir / "eval_summary.json", "answers": out_dir / "answers.jsonl",
-             "disagreements": out_dir / "disagreements.jsonl"}
+    paths = {
+        "summary": out_dir / "eval_summary.json",
+        "answers": out_dir / "answers.jsonl",
+        "disagreements": out_dir / "disagreements.jsonl",
+    }
     paths["summary"].write_text(json.dumps(summary, indent=2))
     for key in ("answers", "disagreements"):
         rows = result["rows"] if key == "answers" else result["disagreements"]

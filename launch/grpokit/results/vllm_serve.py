@@ -45,11 +45,27 @@ class ServeSpec:
 def vllm_command(spec: ServeSpec, python: str | None = None) -> list[str]:
     """argv of ``vllm serve`` through its module entry point (no console script needed)."""
     return [
-        python or sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", spec.model,
-        "--served-model-name", spec.served_name, "--host", spec.host, "--port", str(spec.port),
-        "--dtype", "bfloat16", "--max-model-len", str(spec.max_model_len),
-        "--gpu-memory-utilization", str(spec.gpu_memory_utilization), "--max-num-seqs", str(spec.max_num_seqs),
-        "--limit-mm-per-prompt", json.dumps({"image": 0, "video": 0}),
+        python or sys.executable,
+        "-m",
+        "vllm.entrypoints.cli.main",
+        "serve",
+        spec.model,
+        "--served-model-name",
+        spec.served_name,
+        "--host",
+        spec.host,
+        "--port",
+        str(spec.port),
+        "--dtype",
+        "bfloat16",
+        "--max-model-len",
+        str(spec.max_model_len),
+        "--gpu-memory-utilization",
+        str(spec.gpu_memory_utilization),
+        "--max-num-seqs",
+        str(spec.max_num_seqs),
+        "--limit-mm-per-prompt",
+        json.dumps({"image": 0, "video": 0}),
     ]
 
 
@@ -97,8 +113,9 @@ def wait_ready(base_url: str, api_key: str, proc: subprocess.Popen, timeout_s: f
     Raises RuntimeError with the log's tail when the process exits or timeout_s passes.
     """
     t0 = time.monotonic()
-    ok = procs.wait_until(lambda: is_ready(base_url, api_key), timeout_s, interval_s=1.0,
-                          alive=lambda: proc.poll() is None)
+    ok = procs.wait_until(
+        lambda: is_ready(base_url, api_key), timeout_s, interval_s=1.0, alive=lambda: proc.poll() is None
+    )
     if not ok:
         why = f"exited with {proc.returncode}" if proc.poll() is not None else f"not ready after {timeout_s:.0f} s"
         raise RuntimeError(f"server at {base_url} {why}; last lines of {log_path}:\n{procs.tail(log_path)}")

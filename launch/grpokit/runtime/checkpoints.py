@@ -94,9 +94,7 @@ def _check_actor(actor: Path) -> tuple[list[str], int | None]:
         world = cfg_world
         stray = [w for w in name_worlds if w != cfg_world]
         if stray:
-            problems.append(
-                f"shards for world size {stray} next to fsdp_config.json's world_size {cfg_world}"
-            )
+            problems.append(f"shards for world size {stray} next to fsdp_config.json's world_size {cfg_world}")
     elif len(name_worlds) == 1:
         world = name_worlds[0]
     else:

@@ -34,7 +34,7 @@ _FALLBACK_CHAT_TEMPLATE = (
 )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # function scope: works whatever scope tiny_model_dir has
 def chat_tokenizer(request: pytest.FixtureRequest) -> PreTrainedTokenizerBase:
     """The shared tiny model's tokenizer when tests/conftest.py provides it, else a small BPE."""
     try:

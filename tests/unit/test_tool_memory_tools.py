@@ -107,7 +107,7 @@ def _fallback_tokenizer(texts: list[str]) -> PreTrainedTokenizerFast:
     )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # function scope: works whatever scope tiny_model_dir has
 def chat_tokenizer(request: pytest.FixtureRequest) -> PreTrainedTokenizerBase:
     """The shared tiny model's tokenizer when tests/conftest.py provides it, else the fallback."""
     try:

@@ -52,9 +52,7 @@ SYSTEM_PROMPT = (
     "text. Search first, read the memory that answers the question (other memories may mention the "
     "same words but be about someone else), then reply with one final line: FINAL: <answer>."
 )
-USER_TEMPLATE = (
-    "Question: {question}\nSearch hint: {hint}\nUse the memory tools, then answer with FINAL: <answer>."
-)
+USER_TEMPLATE = "Question: {question}\nSearch hint: {hint}\nUse the memory tools, then answer with FINAL: <answer>."
 
 
 @dataclass(frozen=True)
@@ -333,9 +331,7 @@ def build_rows(num: int, seed: int, split: str) -> list[dict[str, Any]]:
         seen.add(draft.content_key())
         rows.append(_row(draft, _memory_ids(rng, len(draft.texts)), split, len(rows)))
     if len(rows) < num:
-        raise RuntimeError(
-            f"made only {len(rows)} distinct {split} rows of {num} in {max_draws} draws; ask for fewer"
-        )
+        raise RuntimeError(f"made only {len(rows)} distinct {split} rows of {num} in {max_draws} draws; ask for fewer")
     return rows
 
 
@@ -349,9 +345,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``--out DIR`` (unless the caller already has it), ``--num-train``, ``--num-test``, ``--seed``."""
     # The dispatcher may define --out for every task already; argparse then refuses a second one.
     with contextlib.suppress(argparse.ArgumentError):
-        parser.add_argument(
-            "--out", type=Path, required=True, help="folder for train.parquet and test.parquet"
-        )
+        parser.add_argument("--out", type=Path, required=True, help="folder for train.parquet and test.parquet")
     parser.add_argument("--num-train", type=int, default=512, help="train rows (default 512)")
     parser.add_argument("--num-test", type=int, default=64, help="test rows (default 64)")
     parser.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")

@@ -54,8 +54,7 @@ def _target_answer(ground_truth: Any) -> str:
     if isinstance(ground_truth, str):
         return ground_truth
     raise ValueError(
-        "reward_model.ground_truth must be a dict with 'target_answer' or a string, "
-        f"got {type(ground_truth).__name__}"
+        f"reward_model.ground_truth must be a dict with 'target_answer' or a string, got {type(ground_truth).__name__}"
     )
 
 
@@ -96,9 +95,7 @@ def compute_score(
         ValueError: malformed ``ground_truth``, ``tool_rewards`` or ``answer_scope``.
     """
     if answer_scope not in ("model", "response"):
-        raise ValueError(
-            f"answer_scope={answer_scope!r} must be 'model' or 'response' (reward_kwargs.answer_scope)"
-        )
+        raise ValueError(f"answer_scope={answer_scope!r} must be 'model' or 'response' (reward_kwargs.answer_scope)")
     text = model_text(solution_str) if answer_scope == "model" else solution_str
     target = _target_answer(ground_truth).strip().lower()
     tool_reward = min(_tool_reward_sum(extra_info), MAX_TOOL_REWARD)

@@ -153,9 +153,7 @@ class _MemoryTool(BaseTool):
 
     def _session(self, instance_id: str, agent_data: Any) -> MemorySession:
         if instance_id not in self._instances:
-            raise KeyError(
-                f"{self.name}: unknown instance_id {instance_id!r}; call create() before execute()"
-            )
+            raise KeyError(f"{self.name}: unknown instance_id {instance_id!r}; call create() before execute()")
         store, instance_session = self._instances[instance_id]
         if agent_data is None:
             # Outside ToolAgentLoop there is no rollout to key on: state lives for this instance only.
@@ -210,11 +208,7 @@ class ReadMemoryTool(_MemoryTool):
         memory_id = str(parameters.get("memory_id", "") or "").strip()
         text = next((m.text for m in session.store.memories if m.id == memory_id), None)
         is_target = text is not None and memory_id == session.store.target_id
-        reward = (
-            session.pay_once("read_target", READ_TARGET_REWARD, self.reward_once_per_rollout)
-            if is_target
-            else 0.0
-        )
+        reward = session.pay_once("read_target", READ_TARGET_REWARD, self.reward_once_per_rollout) if is_target else 0.0
         response = text if text is not None else NOT_FOUND
         self._record(session, self.name, parameters, response, reward)
         return ToolResponse(text=response), reward, {"found": text is not None, "is_target": is_target}

@@ -65,7 +65,7 @@ def _slurm_time_left_s() -> float | None:
         out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%L"], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    text = out.stdout.strip()
+    text = out.stdout.strip().splitlines()[0].strip() if out.stdout.strip() else ""
     if not text or text in ("INVALID", "UNLIMITED", "NOT_SET"):
         return None
     days, _, clock = text.rpartition("-")

@@ -33,7 +33,7 @@ def become_subreaper() -> bool:
         return False
 
 
-def _ignore_usr2() -> None:
+def ignore_usr2() -> None:
     # Slurm delivers the job's warning signal to every process of the step; only the driver acts
     # on it, and a process left at the default action (terminate) would die from it.
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
@@ -53,7 +53,7 @@ def start(
             env=dict(env) if env is not None else None,
             cwd=cwd,
             start_new_session=True,
-            preexec_fn=_ignore_usr2,
+            preexec_fn=ignore_usr2,
         )
 
 
@@ -84,13 +84,23 @@ def kill_processes(procs: list[psutil.Process], grace_s: float) -> list[int]:
 
 
 def stop_tree(pid: int, grace_s: float, name: str = "") -> None:
-    """Stop ``pid`` and every descendant (collected before signalling, so none is orphaned)."""
+    """Stop ``pid`` and every descendant (collected before signalling, so none is orphaned).
+
+    The root gets SIGTERM first and ``grace_s`` to shut its own children down (``ray start
+    --block`` and vLLM clean up after themselves); what is left then gets SIGTERM, and SIGKILL a
+    few seconds later.
+    """
     procs = tree(pid)
     if not procs:
         return
-    killed = kill_processes(procs, grace_s)
-    if killed:
-        log.warning("%s ignored SIGTERM for %.0f s: SIGKILLed pids %s", name or pid, grace_s, killed)
+    with contextlib.suppress(psutil.NoSuchProcess):
+        procs[0].send_signal(signal.SIGTERM)
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    if not alive:
+        return
+    killed = kill_processes(alive, grace_s=3)
+    log.warning("%s: %d process(es) outlived SIGTERM of their root by %.0f s; SIGKILLed %s",
+                name or pid, len(alive), grace_s, killed)
 
 
 def stop_all_children(grace_s: float) -> None:

@@ -215,7 +215,8 @@ def wait_ready(cluster: RayCluster, *, env: dict[str, str], num_gpus: int, timeo
         f"--gpus-per-node={num_gpus}",
         f"--timeout={timeout_s}",
     ]
-    proc = subprocess.Popen(probe, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(probe, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=procs.ignore_usr2)
     while True:
         try:
             out, err = proc.communicate(timeout=0.5)

@@ -39,7 +39,7 @@ def make_executor(folder: Path, cluster: dict[str, Any], *, name: str, num_point
     """A submitit Slurm executor writing its files under ``folder``."""
     import submitit
 
-    executor = submitit.AutoExecutor(folder=str(folder / "%A_%a"), cluster="slurm")
+    executor = submitit.AutoExecutor(folder=str(folder), cluster="slurm")
     executor.update_parameters(**executor_parameters(cluster, name=name, num_points=num_points))
     return executor
 

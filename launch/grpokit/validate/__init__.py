@@ -24,6 +24,7 @@ def validate_point(spec: PointSpec) -> tuple[DictConfig | None, list[Problem]]:
     problems += verl_check.run_validate_config(spec, cfg)
     problems += kit_checks.check_files(spec, cfg)
     problems += kit_checks.check_lengths(spec, cfg)
+    problems += kit_checks.check_cluster(spec)
     problems += gpu_plan.check(spec, cfg)
     return cfg, problems
 

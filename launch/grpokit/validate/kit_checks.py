@@ -89,3 +89,22 @@ def check_lengths(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
             )
         )
     return problems
+
+
+def check_cluster(spec: PointSpec) -> list[Problem]:
+    """The warning signal must come after the job starts: ``signal_lead_s`` < the time limit."""
+    cluster = spec.cluster
+    if cluster.get("kind") != "slurm":
+        return []
+    limit_s = int(cluster.get("time_min", 0)) * 60
+    lead = int(cluster.get("signal_lead_s", 0))
+    if limit_s and lead >= limit_s - 60:
+        return [
+            Problem(
+                spec.name,
+                "cluster.signal_lead_s",
+                f"the warning signal would come {lead} s before a {limit_s} s time limit, i.e. at once",
+                f"raise cluster.time_min above {(lead + 60) // 60 + 1} or lower cluster.signal_lead_s",
+            )
+        ]
+    return []

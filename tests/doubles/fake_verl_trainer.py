@@ -1,0 +1,187 @@
+"""TEST DOUBLE of ``python -m verl.trainer.main_ppo`` for machines without a GPU.
+
+verl cannot train without a CUDA GPU, so the kit's CPU tests run this instead (through
+``runtime.trainer_cmd``). It follows the contracts of verl 0.9.1 that the kit depends on:
+
+- arguments: verl's Hydra overrides (``key=value`` / ``+key=value``);
+- checkpoints under ``trainer.default_local_dir``: ``global_step_N/actor/{model,optim,extra_state}
+  _world_size_W_rank_R.pt``, ``actor/fsdp_config.json``, ``actor/huggingface/config.json``, then
+  ``global_step_N/data.pt``, then ``latest_checkpointed_iteration.txt`` written last with a plain
+  write; saves at ``step % save_freq == 0`` and at the last step;
+- ``resume_mode=auto``: reads the tracker and continues at N + 1;
+- metrics: verl's file logger (``$VERL_FILE_LOGGER_PATH``, opened with mode "wb", one line
+  ``{"step": N, "data": {...}}`` per step, verl's metric names) and TensorBoard (``$TENSORBOARD_DIR``);
+- the kit's checkpoint-on-demand hook (``grpokit.runtime.verl_hooks``): at the start of a step,
+  when the driver's save request exists, save the last completed step and stop (exit 1, as verl
+  does when the hook raises);
+- SIGTERM: default action (dies), as verl's main process does.
+
+Knobs (environment): ``FAKE_TRAINER_STEP_S`` (seconds per step, default 0.5),
+``FAKE_TRAINER_CRASH_IN_SAVE`` (step whose save dies after the model shards, before data.pt and
+the tracker), ``FAKE_TRAINER_FAIL_AT`` (step at which to exit 3), ``FAKE_TRAINER_RAY_REPORT`` (file
+to write the Ray cluster's nodes and resources to, as seen through ``RAY_ADDRESS``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def parse(argv: list[str]) -> dict[str, str]:
+    out = {}
+    for arg in argv:
+        key, _, value = arg.lstrip("+").partition("=")
+        out[key] = value
+    return out
+
+
+def num(cfg: dict[str, str], key: str, default: float) -> float:
+    value = cfg.get(key)
+    return default if value in (None, "", "null") else float(value)
+
+
+def save(ckpt: Path, step: int, world: int, crash_in_save: int | None) -> None:
+    step_dir = ckpt / f"global_step_{step}"
+    actor = step_dir / "actor"
+    (actor / "huggingface").mkdir(parents=True, exist_ok=True)
+    for rank in range(world):
+        for kind in ("model", "optim", "extra_state"):
+            (actor / f"{kind}_world_size_{world}_rank_{rank}.pt").write_bytes(b"double" * 64)
+    (actor / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": world}))
+    (actor / "huggingface" / "config.json").write_text(json.dumps({"model_type": "qwen3"}))
+    if crash_in_save == step:
+        os._exit(9)  # killed mid-save: shards written, data.pt and tracker not
+    (step_dir / "data.pt").write_bytes(json.dumps({"step": step}).encode())
+    with open(ckpt / "latest_checkpointed_iteration.txt", "w") as f:
+        f.write(str(step))
+
+
+def metrics(step: int, cfg: dict[str, str], step_s: float, test: bool) -> dict[str, float]:
+    batch, n = num(cfg, "data.train_batch_size", 8), num(cfg, "actor_rollout_ref.rollout.n", 1)
+    resp = num(cfg, "data.max_response_length", 1024)
+    out = {
+        "training/global_step": step,
+        "critic/score/mean": round(0.3 + 0.01 * step, 4),
+        "critic/rewards/mean": round(0.3 + 0.01 * step, 4),
+        "response_length/mean": round(resp * (0.5 - 0.002 * step), 3),
+        "response_length/clip_ratio": round(max(0.0, 0.2 - 0.004 * step), 4),
+        "actor/kl_loss": round(0.0004 * step, 6),
+        "actor/pg_loss": round(-0.01 * math.sin(step), 6),
+        "timing_s/gen": round(step_s * 0.2, 4),
+        "timing_s/old_log_prob": round(step_s * 0.05, 4),
+        "timing_s/ref": round(step_s * 0.05, 4),
+        "timing_s/update_actor": round(step_s * 0.7, 4),
+        "timing_s/step": round(step_s, 4),
+        "perf/total_num_tokens": batch * n * resp * 0.6,
+        "perf/throughput": round(batch * n * resp * 0.6 / step_s, 2),
+    }
+    if test:
+        out["val-core/openai/gsm8k/acc/mean@1"] = round(0.5 + 0.002 * step, 4)
+    return out
+
+
+def call_reward(cfg: dict[str, str]) -> dict[str, float]:
+    """Call the experiment's custom reward once, with its reward_kwargs, as verl's reward loop would."""
+    path, name = cfg.get("reward.custom_reward_function.path"), cfg.get("reward.custom_reward_function.name")
+    if not path or path == "null":
+        return {}
+    import importlib.util
+
+    import pandas as pd
+
+    kwargs = {k.rsplit(".", 1)[-1]: v for k, v in cfg.items()
+              if k.startswith("reward.custom_reward_function.reward_kwargs.")}
+    spec = importlib.util.spec_from_file_location("custom_reward", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fn = getattr(module, name or "compute_score")
+    row = pd.read_parquet(cfg["data.val_files"]).iloc[0]
+    ground_truth = row["reward_model"]["ground_truth"]
+    qas = ground_truth["questions_and_answers"]
+    memory = {"core": "", "semantic": [{f"m{i}": f"{qa['question'].splitlines()[0]} -> Label: {qa['answer']}"}
+                                       for i, qa in enumerate(qas)], "episodic": []}
+    result = fn(row["data_source"], json.dumps(memory), ground_truth, dict(row["extra_info"]), **kwargs)
+    if inspect.isawaitable(result):
+        result = asyncio.run(result)
+    return {f"reward/{k}": float(v) for k, v in result.items()}
+
+
+def main() -> int:
+    cfg = parse(sys.argv[1:])
+    step_s = float(os.environ.get("FAKE_TRAINER_STEP_S", "0.5"))
+    crash = int(os.environ["FAKE_TRAINER_CRASH_IN_SAVE"]) if os.environ.get("FAKE_TRAINER_CRASH_IN_SAVE") else None
+    fail_at = int(os.environ["FAKE_TRAINER_FAIL_AT"]) if os.environ.get("FAKE_TRAINER_FAIL_AT") else None
+    total = int(num(cfg, "trainer.total_training_steps", 4))
+    save_freq = int(num(cfg, "trainer.save_freq", -1))
+    test_freq = int(num(cfg, "trainer.test_freq", -1))
+    world = int(num(cfg, "trainer.n_gpus_per_node", 1) * num(cfg, "trainer.nnodes", 1))
+    ckpt = Path(cfg["trainer.default_local_dir"])
+    ctl = Path(os.environ["GRPOKIT_CONTROL_DIR"]) if os.environ.get("GRPOKIT_CONTROL_DIR") else None
+
+    if os.environ.get("FAKE_TRAINER_RAY_REPORT"):
+        import ray
+
+        ray.init(address=os.environ["RAY_ADDRESS"], logging_level="ERROR")
+        nodes = [{"alive": n["Alive"], "resources": n["Resources"]} for n in ray.nodes()]
+        Path(os.environ["FAKE_TRAINER_RAY_REPORT"]).write_text(
+            json.dumps({"nodes": nodes, "cluster_resources": ray.cluster_resources()}))
+        ray.shutdown()
+
+    start = 1
+    tracker = ckpt / "latest_checkpointed_iteration.txt"
+    if cfg.get("trainer.resume_mode", "auto") == "auto" and tracker.exists():
+        last = int(tracker.read_text().strip())
+        if not (ckpt / f"global_step_{last}" / "data.pt").exists():
+            print(f"tracker names step {last} but global_step_{last} is incomplete", file=sys.stderr)
+            return 2
+        start = last + 1
+        print(f"Resuming from {ckpt / f'global_step_{last}'}, setting global step to {last}", flush=True)
+
+    log_path = Path(os.environ.get("VERL_FILE_LOGGER_PATH", "metrics.jsonl"))
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    writer = None
+    if os.environ.get("TENSORBOARD_DIR"):
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(os.environ["TENSORBOARD_DIR"])
+    extra = call_reward(cfg)
+    saved = {start - 1}
+    with open(log_path, "wb", buffering=0) as fp:
+        for step in range(start, total + 1):
+            if ctl is not None and (ctl / "save_request").exists():
+                last_done = step - 1
+                if last_done > 0 and last_done not in saved:
+                    save(ckpt, last_done, world, crash)
+                (ctl / "saved_for_requeue.json").write_text(json.dumps({"step": last_done, "checkpoint_dir": str(ckpt)}))
+                print(f"checkpointed step {last_done} on request; stopping", file=sys.stderr, flush=True)
+                return 1
+            if fail_at == step:
+                print(f"failing at step {step} (FAKE_TRAINER_FAIL_AT)", file=sys.stderr, flush=True)
+                return 3
+            time.sleep(step_s)
+            last = step == total
+            if save_freq > 0 and (step % save_freq == 0 or last):
+                save(ckpt, step, world, crash)
+                saved.add(step)
+            data = metrics(step, cfg, step_s, test_freq > 0 and (step % test_freq == 0 or last))
+            data.update(extra)
+            fp.write((json.dumps({"step": step, "data": data}) + "\n").encode())
+            if writer is not None:
+                for key, value in data.items():
+                    writer.add_scalar(key, value, step)
+                writer.flush()
+            print(f"step:{step} - " + " - ".join(f"{k}:{v}" for k, v in data.items()), flush=True)
+    if writer is not None:
+        writer.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -13,3 +13,132 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from grpokit.models import build_model
 
     return build_model(tmp_path_factory.mktemp("tiny_model") / "tiny", like="tiny", seed=0)
+
+
+# --- the kit end to end: sweeps through launch/sweep.py, jobs on the local Slurm cluster ---------
+
+import json  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("GRPOKIT_SHARED", REPO.parent / "shared"))
+FAKE_TRAINER = REPO / "tests" / "doubles" / "fake_verl_trainer.py"
+FINAL = {"completed", "failed", "cancelled", "skipped_no_gpu"}
+
+
+def slurm_up() -> bool:
+    if not shutil.which("sinfo"):
+        return False
+    out = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=20)
+    return out.returncode == 0 and any(s.startswith(("idle", "mix", "alloc")) for s in out.stdout.split())
+
+
+requires_slurm = pytest.mark.skipif(not slurm_up(), reason="no local Slurm cluster (bash slurm/local_cluster.sh up)")
+
+
+@pytest.fixture(scope="session")
+def gsm8k_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Real GSM8K (../shared/data/gsm8k) in verl's parquet format, built once a session."""
+    from grpokit.tasks.gsm8k.data import build
+
+    out = tmp_path_factory.mktemp("gsm8k")
+    build(str(SHARED / "data" / "gsm8k"), out)
+    return out
+
+
+@pytest.fixture
+def kit_overrides(tiny_model_dir: Path, gsm8k_dir: Path, tmp_path: Path) -> list[str]:
+    """Overrides every end-to-end test uses: tiny model, real GSM8K, the trainer TEST DOUBLE."""
+    return [
+        "model=tiny",
+        f"model.path={tiny_model_dir}",
+        f"experiment.data_dir={gsm8k_dir}",
+        f"logs_root={tmp_path / 'logs'}",
+        f"runtime.trainer_cmd=[python,{FAKE_TRAINER}]",
+        "runtime.needs_gpu=false",
+        "runtime.kill_grace_s=5",
+        "verl.trainer.total_training_steps=4",
+        "verl.trainer.save_freq=2",
+        "verl.trainer.test_freq=2",
+    ]
+
+
+SLURM_TEST_CLUSTER = [
+    "cluster=slurm",
+    "cluster.cpus_per_task=1",
+    "cluster.mem_gb=1",
+    "cluster.time_min=15",
+    "cluster.signal_lead_s=60",
+    "cluster.array_parallelism=4",
+]
+
+
+def run_kit(
+    script: str, args: list[str], *, env: dict | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """Run ``launch/<script>`` as a user would; output captured."""
+    return subprocess.run(
+        [sys.executable, str(REPO / "launch" / script), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+    )
+
+
+def read_status(run_dir: Path) -> dict:
+    path = Path(run_dir) / "status.json"
+    return json.loads(path.read_text()) if path.exists() else {"state": "pending", "attempts": []}
+
+
+def wait_final(run_dirs: list[Path], timeout: float, states: set[str] = FINAL) -> list[dict]:
+    """Poll the run folders' status.json until each is in ``states`` (pytest fails at the deadline)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        statuses = [read_status(d) for d in run_dirs]
+        if all(s.get("state") in states for s in statuses):
+            return statuses
+        if time.monotonic() > deadline:
+            squeue = subprocess.run(["squeue"], capture_output=True, text=True).stdout if shutil.which("squeue") else ""
+            pytest.fail(f"points not final after {timeout:.0f} s: {[s.get('state') for s in statuses]}\n{squeue}")
+        time.sleep(1.0)
+
+
+def manifest(sweep_dir: Path) -> dict:
+    return json.loads((Path(sweep_dir) / "manifest.json").read_text())
+
+
+class _Kit:
+    """Helpers for end-to-end tests, handed out by the ``kit`` fixture (tests cannot import conftest)."""
+
+    repo = REPO
+    shared = SHARED
+    python = sys.executable
+    fake_trainer = FAKE_TRAINER
+    slurm_cluster = SLURM_TEST_CLUSTER
+    final = FINAL
+    run = staticmethod(run_kit)
+    wait_final = staticmethod(wait_final)
+    read_status = staticmethod(read_status)
+    manifest = staticmethod(manifest)
+
+    @staticmethod
+    def env() -> dict[str, str]:
+        return dict(os.environ)
+
+
+@pytest.fixture
+def kit() -> type[_Kit]:
+    return _Kit
+
+
+@pytest.fixture
+def slurm() -> None:
+    """Skip unless the local Slurm test cluster is up (``bash slurm/local_cluster.sh up``)."""
+    if not slurm_up():
+        pytest.skip("no local Slurm cluster (bash slurm/local_cluster.sh up)")

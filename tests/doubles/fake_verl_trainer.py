@@ -19,7 +19,9 @@ verl cannot train without a CUDA GPU, so the kit's CPU tests run this instead (t
 Knobs (environment): ``FAKE_TRAINER_STEP_S`` (seconds per step, default 0.5),
 ``FAKE_TRAINER_CRASH_IN_SAVE`` (step whose save dies after the model shards, before data.pt and
 the tracker), ``FAKE_TRAINER_FAIL_AT`` (step at which to exit 3), ``FAKE_TRAINER_RAY_REPORT`` (file
-to write the Ray cluster's nodes and resources to, as seen through ``RAY_ADDRESS``).
+to write the Ray cluster's nodes and resources to, as seen through ``RAY_ADDRESS``),
+``FAKE_TRAINER_PROFILE`` = ``fail-once`` (exit 3 at step 3 of the point's first run) or ``slow-once``
+(6 s a step in the point's first run), for tests of resubmission.
 """
 
 from __future__ import annotations
@@ -96,8 +98,9 @@ def call_reward(cfg: dict[str, str]) -> dict[str, float]:
 
     import pandas as pd
 
-    kwargs = {k.rsplit(".", 1)[-1]: v for k, v in cfg.items()
-              if k.startswith("reward.custom_reward_function.reward_kwargs.")}
+    kwargs = {
+        k.rsplit(".", 1)[-1]: v for k, v in cfg.items() if k.startswith("reward.custom_reward_function.reward_kwargs.")
+    }
     spec = importlib.util.spec_from_file_location("custom_reward", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -105,8 +108,13 @@ def call_reward(cfg: dict[str, str]) -> dict[str, float]:
     row = pd.read_parquet(cfg["data.val_files"]).iloc[0]
     ground_truth = row["reward_model"]["ground_truth"]
     qas = ground_truth["questions_and_answers"]
-    memory = {"core": "", "semantic": [{f"m{i}": f"{qa['question'].splitlines()[0]} -> Label: {qa['answer']}"}
-                                       for i, qa in enumerate(qas)], "episodic": []}
+    memory = {
+        "core": "",
+        "semantic": [
+            {f"m{i}": f"{qa['question'].splitlines()[0]} -> Label: {qa['answer']}"} for i, qa in enumerate(qas)
+        ],
+        "episodic": [],
+    }
     result = fn(row["data_source"], json.dumps(memory), ground_truth, dict(row["extra_info"]), **kwargs)
     if inspect.isawaitable(result):
         result = asyncio.run(result)
@@ -118,6 +126,15 @@ def main() -> int:
     step_s = float(os.environ.get("FAKE_TRAINER_STEP_S", "0.5"))
     crash = int(os.environ["FAKE_TRAINER_CRASH_IN_SAVE"]) if os.environ.get("FAKE_TRAINER_CRASH_IN_SAVE") else None
     fail_at = int(os.environ["FAKE_TRAINER_FAIL_AT"]) if os.environ.get("FAKE_TRAINER_FAIL_AT") else None
+    profile = os.environ.get("FAKE_TRAINER_PROFILE", "")
+    if profile and os.environ.get("GRPOKIT_RUN_DIR"):
+        marker = Path(os.environ["GRPOKIT_RUN_DIR"]) / ".fake_trainer_first_run_done"
+        if not marker.exists():
+            marker.touch()
+            if profile == "fail-once":
+                fail_at = 3
+            elif profile == "slow-once":
+                step_s = 6.0
     total = int(num(cfg, "trainer.total_training_steps", 4))
     save_freq = int(num(cfg, "trainer.save_freq", -1))
     test_freq = int(num(cfg, "trainer.test_freq", -1))
@@ -131,7 +148,8 @@ def main() -> int:
         ray.init(address=os.environ["RAY_ADDRESS"], logging_level="ERROR")
         nodes = [{"alive": n["Alive"], "resources": n["Resources"]} for n in ray.nodes()]
         Path(os.environ["FAKE_TRAINER_RAY_REPORT"]).write_text(
-            json.dumps({"nodes": nodes, "cluster_resources": ray.cluster_resources()}))
+            json.dumps({"nodes": nodes, "cluster_resources": ray.cluster_resources()})
+        )
         ray.shutdown()
 
     start = 1
@@ -159,7 +177,9 @@ def main() -> int:
                 last_done = step - 1
                 if last_done > 0 and last_done not in saved:
                     save(ckpt, last_done, world, crash)
-                (ctl / "saved_for_requeue.json").write_text(json.dumps({"step": last_done, "checkpoint_dir": str(ckpt)}))
+                (ctl / "saved_for_requeue.json").write_text(
+                    json.dumps({"step": last_done, "checkpoint_dir": str(ckpt)})
+                )
                 print(f"checkpointed step {last_done} on request; stopping", file=sys.stderr, flush=True)
                 return 1
             if fail_at == step:

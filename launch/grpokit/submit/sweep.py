@@ -37,7 +37,7 @@ def swept_keys(job_overrides: list[list[str]]) -> list[str]:
                 values[k] = set()
                 order.append(k)
             values[k].add(v)
-    return [k for k in order if len(values[k]) > 1 or len(job_overrides) == 1 and k.startswith("verl.")]
+    return [k for k in order if len(values[k]) > 1]
 
 
 def build_points(config: DictConfig, load, job_overrides: list[list[str]], first_index: int = 0) -> list[PointSpec]:

@@ -52,7 +52,8 @@ def download_hint(spec: PointSpec) -> str:
     model = spec.model
     if model.get("source") == "build":
         return f"python launch/make_tiny_model.py --out {model.get('path')}"
-    return f"python launch/download.py model={model.get('_choice', 'qwen3_5_0_8b')}  (fetches {model.get('hub_id')})"
+    choice = " ".join(o for o in spec.kit_overrides if o.startswith(("model=", "model.")))
+    return f"python launch/download.py {choice}".rstrip() + f"  (fetches {model.get('hub_id')} to {model.get('path')})"
 
 
 def check_lengths(spec: PointSpec, cfg: DictConfig) -> list[Problem]:

@@ -45,6 +45,30 @@ def _open_parent(key: str, base: dict) -> bool:
     return False
 
 
+def check_command_line(overrides: list[str]) -> list[Problem]:
+    """Catch misspelt ``verl.*`` keys on the command line before Hydra composes anything.
+
+    Hydra's own message for them ("To append to your config use +key") suggests the wrong fix.
+    """
+    base = flat_base()
+    problems = []
+    for item in overrides:
+        key = item.split("=", 1)[0]
+        added = key.startswith("+")
+        key = key.lstrip("+~")
+        if not key.startswith("verl."):
+            continue
+        verl_key = key[len("verl.") :]
+        known = verl_key in base or any(k.startswith(verl_key + ".") for k in base)
+        if added and not known and not _open_parent(verl_key, base) or not added and not known:
+            if not added and _open_parent(verl_key, base):
+                fix = f"verl has no default for it: add it with +{key}=..."
+            else:
+                fix = suggest(verl_key)
+            problems.append(Problem("all points", key, "verl has no such key", fix))
+    return problems
+
+
 def check_added_keys(spec: PointSpec) -> list[Problem]:
     """A ``+key`` must go below a free-form mapping; anywhere else it is almost surely a typo."""
     base = flat_base()

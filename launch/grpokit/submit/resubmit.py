@@ -1,0 +1,71 @@
+"""Resubmit the points of a sweep that failed, timed out or were cancelled, into their own run folders.
+
+A point's state comes from Slurm (squeue/scontrol, ``sacct`` only when accounting works) and from
+its ``status.json``; a point still queued or running, or completed, is never touched. The
+resubmitted job runs the same point spec (``<run>/point.json``), so the in-job driver opens the next
+attempt in the same run folder and verl resumes from the last complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from grpokit.config.point import PointSpec
+from grpokit.results.slurm_state import job_states
+from grpokit.results.summary import point_state
+from grpokit.results.sweep_folder import load_sweep
+from grpokit.runtime.status import now, write_json_atomic
+from grpokit.submit import slurm
+from grpokit.submit.manifest import MANIFEST, read_manifest
+from grpokit.submit.sweep import run_local
+from grpokit.submit.task import RunPointTask
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STATES = ("failed", "timeout", "cancelled", "preempted")
+
+
+def select(sweep_dir: Path, states: tuple[str, ...] = DEFAULT_STATES) -> list[tuple[int, str]]:
+    """``(point index, state)`` of the points to resubmit."""
+    sweep = load_sweep(sweep_dir)
+    ids = [p.job_id for p in sweep.points if p.job_id]
+    slurm_view = job_states(ids) if ids else {}
+    chosen = []
+    for p in sweep.points:
+        state = point_state(p, slurm_view.get(p.job_id) if p.job_id else None)
+        if state in states:
+            chosen.append((p.index, state))
+    return chosen
+
+
+def resubmit(sweep_dir: Path, states: tuple[str, ...] = DEFAULT_STATES, dry_run: bool = False) -> list[dict]:
+    """Resubmit the selected points as one job array (or run them here for a local sweep).
+
+    Returns the manifest entries that were resubmitted (with their new ``job_id``).
+    """
+    sweep_dir = Path(sweep_dir)
+    manifest = read_manifest(sweep_dir)
+    chosen = dict(select(sweep_dir, states))
+    entries = [p for p in manifest["points"] if p["index"] in chosen]
+    if not entries or dry_run:
+        return entries
+    specs = [PointSpec.from_json((Path(p["run_dir"]) / "point.json").read_text()) for p in entries]
+    cluster = specs[0].cluster
+    if cluster.get("kind") == "slurm":
+        executor = slurm.make_executor(sweep_dir / "submitit", cluster, name=manifest["sweep"], num_points=len(specs))
+        jobs = executor.map_array(RunPointTask(), [s.to_json() for s in specs])
+        new_ids = [str(j.job_id) for j in jobs]
+    else:
+        run_local(specs)
+        new_ids = [None] * len(specs)
+    for entry, job_id in zip(entries, new_ids, strict=True):
+        entry.setdefault("history", []).append(
+            {"job_id": entry.get("job_id"), "state": chosen[entry["index"]], "replaced": now()}
+        )
+        array_job_id, _, task = (job_id or "").partition("_")
+        entry.update(
+            job_id=job_id, array_job_id=array_job_id or None, array_task_id=int(task) if task else None, submitted=now()
+        )
+    write_json_atomic(sweep_dir / MANIFEST, manifest)
+    return entries

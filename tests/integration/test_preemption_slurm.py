@@ -1,0 +1,232 @@
+"""Preemption, time limits, kills during a save and resubmission, on the real Slurm test cluster.
+
+The trainer is the TEST DOUBLE tests/doubles/fake_verl_trainer.py, which follows verl's checkpoint,
+tracker and file-logger contracts and the kit's checkpoint-on-demand hook.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slurm
+
+
+def preempt_signal(kit, mode: str) -> None:
+    out = subprocess.run(
+        ["bash", str(kit.repo / "slurm" / "local_cluster.sh"), "reconfigure-preempt-signal", mode],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
+@pytest.fixture
+def user_signal_on_preemption(kit):
+    """The cluster sends the job's --signal (USR2) with a GraceTime before preempting it."""
+    preempt_signal(kit, "on")
+    yield
+    preempt_signal(kit, "off")
+
+
+def attempt_steps(run_dir: Path) -> list[list[int]]:
+    """Steps logged by each attempt, in attempt order."""
+    out = []
+    for d in sorted((run_dir / "attempts").iterdir(), key=lambda p: int(p.name)):
+        path = d / "metrics.jsonl"
+        out.append([json.loads(x)["step"] for x in path.read_text().splitlines()] if path.exists() else [])
+    return out
+
+
+def wait_for_new_steps(run_dir: Path, attempt: int, count: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    path = run_dir / "attempts" / str(attempt) / "metrics.jsonl"
+    while time.monotonic() < deadline:
+        if path.exists() and len(path.read_text().splitlines()) >= count:
+            return
+        time.sleep(0.5)
+    pytest.fail(f"attempt {attempt} of {run_dir.name} logged < {count} steps in {timeout:.0f} s")
+
+
+def preempt(node: str, tmp_path: Path) -> str:
+    """Submit an `urgent` job that needs every GPU of ``node``: Slurm preempts what runs there."""
+    out = subprocess.run(
+        [
+            "sbatch",
+            "--parsable",
+            "--partition=urgent",
+            f"--nodelist={node}",
+            "--gpus-per-node=4",
+            "--cpus-per-task=1",
+            "--mem=500M",
+            "--time=1",
+            f"--output={tmp_path}/urgent_%j.out",
+            "--wrap=sleep 5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def check_redone(steps: list[list[int]], allowed: int) -> None:
+    """At most ``allowed`` logged steps of an attempt are logged again by the next one."""
+    done: list[int] = []
+    for attempt in steps:
+        if done and attempt:
+            assert max(done) - attempt[0] + 1 <= allowed, f"attempts redid too much: {steps}"
+        done += attempt
+
+
+def test_point_survives_two_preemptions_and_a_time_limit(
+    kit, slurm, kit_overrides, tmp_path, user_signal_on_preemption
+):
+    env = {"FAKE_TRAINER_STEP_S": "1"}
+    out = kit.run(
+        "sweep.py",
+        [
+            "-m",
+            *kit_overrides,
+            *kit.slurm_cluster,
+            "sweep_name=pre",
+            "cluster.time_min=3",
+            "cluster.additional_sbatch={nodelist:node3}",
+            "verl.trainer.total_training_steps=110",
+            "verl.trainer.save_freq=50",
+            "verl.trainer.test_freq=-1",
+        ],
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    point = kit.manifest(tmp_path / "logs" / "pre")["points"][0]
+    run_dir = Path(point["run_dir"])
+    for attempt in (1, 2):
+        wait_for_new_steps(run_dir, attempt, 5, timeout=240)
+        preempt("node3", tmp_path)
+        deadline = time.monotonic() + 240
+        while len(kit.read_status(run_dir)["attempts"]) < attempt + 1 or kit.read_status(run_dir)["state"] != "running":
+            assert time.monotonic() < deadline, kit.read_status(run_dir)
+            time.sleep(1)
+    status = kit.wait_final([run_dir], timeout=900)[0]
+    assert status["state"] == "completed", status.get("reason")
+    ended = [a["ended_by"] for a in status["attempts"]]
+    assert ended[:2] == ["preempted", "preempted"], ended
+    assert "timeout" in ended[2:], ended
+    steps = attempt_steps(run_dir)
+    merged = [json.loads(x)["step"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert merged == list(range(1, 111)), "every step exactly once in the merged series"
+    check_redone(steps, allowed=1)
+    assert status["slurm"]["restart_count"] >= 3
+
+
+def test_kill_during_a_save_resumes_from_the_last_complete_step(kit, kit_overrides, tmp_path):
+    """Local path (no Slurm needed): the trainer dies after the model shards of step 4, before the tracker."""
+    args = [*kit_overrides, "cluster=local", "sweep_name=kill", "verl.trainer.total_training_steps=6"]
+    out = kit.run("sweep.py", args, env={"FAKE_TRAINER_CRASH_IN_SAVE": "4", "FAKE_TRAINER_STEP_S": "0.1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    sweep = tmp_path / "logs" / "kill"
+    run_dir = Path(kit.manifest(sweep)["points"][0]["run_dir"])
+    assert kit.read_status(run_dir)["state"] == "failed"
+    ckpt = run_dir / "checkpoints"
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text() == "2"
+    assert not (ckpt / "global_step_4" / "data.pt").exists()
+    out = kit.run("resubmit.py", [str(sweep)], env={"FAKE_TRAINER_STEP_S": "0.1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    status = kit.read_status(run_dir)
+    assert status["state"] == "completed", status.get("reason")
+    assert status["attempts"][-1]["resume_step"] == 2
+    assert list(ckpt.glob("global_step_4.incomplete-*")), "the partial step is set aside, not deleted"
+    assert attempt_steps(run_dir)[-1][0] == 3
+    merged = [json.loads(x)["step"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert merged == list(range(1, 7))
+
+
+def test_resubmit_takes_exactly_the_failed_and_the_timed_out_point(kit, slurm, kit_overrides, tmp_path):
+    out = kit.run(
+        "sweep.py",
+        [
+            "-m",
+            *kit_overrides,
+            *kit.slurm_cluster,
+            "sweep_name=resub",
+            "cluster.time_min=3",
+            "runtime.max_timeout_requeues=0",
+            "verl.trainer.total_training_steps=25",
+            "verl.trainer.save_freq=1",
+            "+runtime.env.FAKE_TRAINER_PROFILE=fail-once,slow-once,ok",
+        ],
+        env={"FAKE_TRAINER_STEP_S": "0.3"},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    sweep = tmp_path / "logs" / "resub"
+    points = kit.manifest(sweep)["points"]
+    run_dirs = [Path(p["run_dir"]) for p in points]
+    first = kit.wait_final(run_dirs, timeout=600)
+    assert [s["state"] for s in first] == ["failed", "failed", "completed"], [s.get("reason") for s in first]
+    assert first[1]["attempts"][-1]["ended_by"] == "timeout"
+    out = kit.run("resubmit.py", [str(sweep)])
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "resubmitted 000_" in out.stdout and "resubmitted 001_" in out.stdout and "002_" not in out.stdout
+    entries = kit.manifest(sweep)["points"]
+    assert entries[2]["job_id"] == points[2]["job_id"] and not entries[2]["history"]
+    assert all(e["history"] and e["job_id"] != p["job_id"] for e, p in zip(entries[:2], points[:2], strict=True))
+    deadline = time.monotonic() + 600
+    while [kit.read_status(d)["state"] for d in run_dirs[:2]] != ["completed", "completed"]:
+        assert time.monotonic() < deadline, [kit.read_status(d) for d in run_dirs[:2]]
+        time.sleep(1)
+    for d in run_dirs[:2]:
+        merged = [json.loads(x)["step"] for x in (d / "metrics.jsonl").read_text().splitlines()]
+        assert merged == list(range(1, 26))
+        assert len(kit.read_status(d)["attempts"]) == 2
+
+
+def test_sbatch_single_run_survives_a_preemption_without_user_signal(kit, slurm, kit_overrides, tmp_path):
+    """Plain SIGTERM + KillWait: the trainer dies, Slurm requeues, the run resumes from its last save."""
+    job = subprocess.run(
+        [
+            "sbatch",
+            "--parsable",
+            "--time=15",
+            "--cpus-per-task=1",
+            "--mem=1G",
+            "--nodelist=node2",
+            f"--output={tmp_path}/sbatch_%j.out",
+            str(kit.repo / "slurm" / "train.sbatch"),
+            *kit_overrides,
+            "cluster.signal_lead_s=60",
+            "cluster.time_min=15",
+            "verl.trainer.total_training_steps=30",
+            "verl.trainer.save_freq=3",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=kit.repo,
+        timeout=60,
+        env={**kit.env(), "GRPOKIT_PYTHON": kit.python, "FAKE_TRAINER_STEP_S": "1"},
+    )
+    assert job.returncode == 0, job.stderr
+    job_id = job.stdout.strip().split(";")[0]
+    run_dir = tmp_path / "logs" / f"gsm8k_grpo_job{job_id}" / "000"
+    deadline = time.monotonic() + 240
+    while (
+        not (run_dir / "attempts" / "1" / "metrics.jsonl").exists()
+        or len((run_dir / "attempts" / "1" / "metrics.jsonl").read_text().splitlines()) < 7
+    ):
+        assert time.monotonic() < deadline, kit.read_status(run_dir)
+        time.sleep(0.5)
+    preempt("node2", tmp_path)
+    status = kit.wait_final([run_dir], timeout=600)[0]
+    assert status["state"] == "completed", status.get("reason")
+    assert [a["ended_by"] for a in status["attempts"]][0] in ("preempted", "killed")
+    assert status["slurm"]["job_id"] == job_id and status["slurm"]["restart_count"] >= 1
+    steps = attempt_steps(run_dir)
+    check_redone(steps, allowed=3)  # no user signal: back to the last periodic save (save_freq=3)
+    merged = [json.loads(x)["step"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert merged == list(range(1, 31))

@@ -74,6 +74,18 @@ def port_args(p: dict[str, int], worker_block_start: int) -> list[str]:
     return args
 
 
+def ray_cli() -> list[str]:
+    """argv prefix of Ray's CLI for this interpreter: the ``ray`` script beside it, else its module.
+
+    A ``pip install --target`` (the offline GPU host's bundle) puts no ``ray`` script beside the
+    interpreter; ``python -m ray.scripts.scripts`` is the same CLI and always matches this Ray.
+    """
+    script = Path(sys.executable).with_name("ray")
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-m", "ray.scripts.scripts"]
+
+
 def reserve_node_ports(host: str) -> tuple[dict[str, int], int]:
     """Ports for one Ray node (names of :data:`_PORT_NAMES`) and its worker port block's start."""
     *singles, block = ports.reserve_ports(len(_PORT_NAMES), contiguous=WORKER_PORT_BLOCK, host=host)
@@ -151,9 +163,8 @@ def start_cluster(
     temp_dir = short_temp_dir()
     node_ports, block = reserve_node_ports(host)
     address = f"{host}:{node_ports['gcs']}"
-    ray_bin = str(Path(sys.executable).with_name("ray"))
     head_cmd = [
-        ray_bin,
+        *ray_cli(),
         "start",
         "--head",
         "--block",
@@ -215,8 +226,9 @@ def wait_ready(cluster: RayCluster, *, env: dict[str, str], num_gpus: int, timeo
         f"--gpus-per-node={num_gpus}",
         f"--timeout={timeout_s}",
     ]
-    proc = subprocess.Popen(probe, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=procs.ignore_usr2)
+    proc = subprocess.Popen(
+        probe, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=procs.ignore_usr2
+    )
     while True:
         try:
             out, err = proc.communicate(timeout=0.5)

@@ -10,10 +10,8 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-import sys
-from pathlib import Path
 
-from grpokit.runtime.ray_cluster import port_args, reserve_node_ports, short_temp_dir
+from grpokit.runtime.ray_cluster import port_args, ray_cli, reserve_node_ports, short_temp_dir
 
 
 def main() -> None:
@@ -29,11 +27,20 @@ def main() -> None:
         node_ip = s.getsockname()[0]
     node_ports, block = reserve_node_ports(node_ip)
     temp_dir = short_temp_dir()
-    cmd = [str(Path(sys.executable).with_name("ray")), "start", "--block", f"--address={args.address}",
-           f"--node-ip-address={node_ip}", f"--num-cpus={args.num_cpus}", f"--num-gpus={args.num_gpus}",
-           f"--temp-dir={temp_dir}", "--disable-usage-stats", *port_args(node_ports, block)]
+    cmd = [
+        *ray_cli(),
+        "start",
+        "--block",
+        f"--address={args.address}",
+        f"--node-ip-address={node_ip}",
+        f"--num-cpus={args.num_cpus}",
+        f"--num-gpus={args.num_gpus}",
+        f"--temp-dir={temp_dir}",
+        "--disable-usage-stats",
+        *port_args(node_ports, block),
+    ]
     print(" ".join(cmd), flush=True)
-    os.execv(cmd[0], cmd)
+    os.execv(cmd[0], cmd)  # cmd[0] is an absolute path (the script or this interpreter)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,314 @@
+"""Checks and the timing table of ``bench/gpu_smoke.sh``, read from the run folders only.
+
+    python bench/smoke_check.py sweep SWEEP_DIR --points 2 --steps 2
+    python bench/smoke_check.py wait-step METRICS_JSONL --step 1 --pid PID --timeout 900
+    python bench/smoke_check.py requeued RUN_DIR
+    python bench/smoke_check.py resumed RUN_DIR --steps 4
+    python bench/smoke_check.py merged RUN_DIR
+    python bench/smoke_check.py evaluated RUN_DIR
+    python bench/smoke_check.py report WORK_DIR [--json OUT]
+
+Each check prints what it saw and exits 1 naming the first file and key that disagree with
+docs/run-folder.md. ``report`` prints the per-phase timings (driver, Ray, vLLM engine, each step's
+parts from verl's ``timing_s/*`` metrics, checkpoint save) and the kit's own overhead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from grpokit.runtime.checkpoints import list_checkpoints, read_tracker
+from grpokit.runtime.metrics import read_jsonl
+from grpokit.runtime.status import read_status
+
+log = logging.getLogger(__name__)
+
+
+class CheckFailed(AssertionError):
+    """A run folder disagrees with what the smoke test expects (the message names file and key)."""
+
+
+def _expect(cond: bool, message: str) -> None:
+    if not cond:
+        raise CheckFailed(message)
+
+
+def _steps(path: Path) -> list[int]:
+    _expect(path.exists(), f"{path} missing")
+    return [int(r["step"]) for r in read_jsonl(path)]
+
+
+def _complete_step(run: Path, step: int) -> None:
+    ckpt = run / "checkpoints"
+    infos = {i.step: i for i in list_checkpoints(ckpt)}
+    _expect(step in infos, f"{ckpt}/global_step_{step} missing (have {sorted(infos)})")
+    _expect(infos[step].complete, f"{ckpt}/global_step_{step} incomplete: {infos[step].problems}")
+
+
+def check_finished(run: Path, steps: int) -> dict[str, Any]:
+    """status completed, merged metrics 1..steps once each, TensorBoard events, final checkpoint complete."""
+    status = read_status(run)
+    _expect(
+        status.get("state") == "completed", f"{run}/status.json state={status.get('state')}: {status.get('reason')}"
+    )
+    got = _steps(run / "metrics.jsonl")
+    _expect(got == list(range(1, steps + 1)), f"{run}/metrics.jsonl steps {got}, expected 1..{steps} once each")
+    events = list((run / "attempts").glob("*/tensorboard/events.out.tfevents*"))
+    _expect(bool(events), f"{run}/attempts/*/tensorboard has no events file")
+    _complete_step(run, steps)
+    _expect(read_tracker(run / "checkpoints") == steps, f"{run}/checkpoints tracker is not {steps}")
+    return status
+
+
+def cmd_sweep(args) -> None:
+    sweep = Path(args.dir)
+    manifest = json.loads((sweep / "manifest.json").read_text())
+    points = manifest["points"]
+    _expect(len(points) == args.points, f"{sweep}/manifest.json has {len(points)} points, expected {args.points}")
+    for p in points:
+        run = Path(p["run_dir"])
+        status = check_finished(run, args.steps)
+        print(
+            f"ok {run.name}: {p['swept']} completed, steps 1..{args.steps}, global_step_{args.steps} complete, "
+            f"attempt {status['attempts'][-1]['elapsed_s']} s"
+        )
+
+
+def cmd_wait_step(args) -> None:
+    """Block until METRICS has a record with step >= --step; fail if --pid exits first."""
+    path, deadline = Path(args.metrics), time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            steps = [int(r["step"]) for r in read_jsonl(path)]
+            if steps and max(steps) >= args.step:
+                print(f"step {max(steps)} in {path}")
+                return
+        if args.pid and not Path(f"/proc/{args.pid}").exists():
+            raise CheckFailed(f"process {args.pid} exited before step {args.step} appeared in {path}")
+        time.sleep(0.5)
+    raise CheckFailed(f"no step {args.step} in {path} after {args.timeout} s")
+
+
+def cmd_requeued(args) -> None:
+    run = Path(args.dir)
+    status = read_status(run)
+    _expect(status.get("state") == "requeued", f"{run}/status.json state={status.get('state')}: {status.get('reason')}")
+    marker = run / "control" / "saved_for_requeue.json"
+    _expect(marker.exists(), f"{marker} missing: the trainer did not checkpoint on the save request")
+    saved = json.loads(marker.read_text())
+    step = int(saved["step"])
+    _expect(step >= 1, f"{marker} step={step}: nothing was saved")
+    _complete_step(run, step)
+    _expect(read_tracker(run / "checkpoints") == step, f"{run}/checkpoints tracker is not {step}")
+    att = status["attempts"][-1]
+    print(
+        f"ok requeued: checkpoint global_step_{step} complete; attempt 1 ended_by={att.get('ended_by')} "
+        f"last_step={att.get('last_step')} after {att.get('elapsed_s')} s; reason: {status.get('reason')}"
+    )
+
+
+def cmd_resumed(args) -> None:
+    run = Path(args.dir)
+    saved = (
+        json.loads((run / "control" / "saved_for_requeue.json").read_text())
+        if (run / "control" / "saved_for_requeue.json").exists()
+        else None
+    )
+    status = check_finished(run, args.steps)
+    attempts = status["attempts"]
+    _expect(len(attempts) == 2, f"{run}/status.json has {len(attempts)} attempts, expected 2")
+    resume = attempts[1].get("resume_step")
+    _expect(resume is not None and resume >= 1, f"{run}/status.json attempts[1].resume_step={resume}")
+    second = _steps(run / "attempts" / "2" / "metrics.jsonl")
+    _expect(
+        second and second[0] == resume + 1,
+        f"{run}/attempts/2/metrics.jsonl starts at {second[:1]}, "
+        f"expected step {resume + 1} (resumed from global_step_{resume})",
+    )
+    print(
+        f"ok resumed: attempt 2 resumed from global_step_{resume} (steps {second}), merged steps 1..{args.steps} "
+        f"once each; control marker now {saved}"
+    )
+
+
+def cmd_merged(args) -> None:
+    hf = Path(args.dir) / "hf"
+    _expect((hf / "config.json").exists(), f"{hf}/config.json missing")
+    weights = list(hf.glob("*.safetensors"))
+    _expect(bool(weights), f"{hf} has no *.safetensors")
+    _expect(any(hf.glob("tokenizer*")), f"{hf} has no tokenizer files")
+    print(f"ok merged: {hf} ({sum(w.stat().st_size for w in weights) / 1e6:.1f} MB of safetensors)")
+
+
+def cmd_evaluated(args) -> None:
+    path = Path(args.dir) / "eval" / "eval_summary.json"
+    _expect(path.exists(), f"{path} missing")
+    summary = json.loads(path.read_text())
+    print(f"ok evaluated: {json.dumps(summary)[:400]}")
+
+
+# -- report ----------------------------------------------------------------------------------------
+_LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+_ENGINE = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
+STEP_KEYS = (
+    "gen",
+    "old_log_prob",
+    "ref",
+    "adv",
+    "update_actor",
+    "update_weights",
+    "save_checkpoint",
+    "testing",
+    "step",
+)
+
+
+def _log_times(path: Path) -> list[tuple[float, str]]:
+    out = []
+    if not path.exists():
+        return out
+    for line in path.read_text(errors="replace").splitlines():
+        m = _LOG_TIME.match(line)
+        if m:
+            t = dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            out.append((t, line[m.end() :]))
+    return out
+
+
+def attempt_report(run: Path, k: int) -> dict[str, Any]:
+    """Timings of one attempt: driver phases, vLLM engine start, steps, and the kit's share."""
+    adir = run / "attempts" / str(k)
+    status = read_status(run)
+    att = status["attempts"][k - 1] if len(status.get("attempts", [])) >= k else {}
+    rec: dict[str, Any] = {
+        "run": f"{run.parent.name}/{run.name}",
+        "attempt": k,
+        "ended_by": att.get("ended_by"),
+        "elapsed_s": att.get("elapsed_s"),
+        **(att.get("timings") or {}),
+    }
+    lines = _log_times(adir / "driver.log")
+    trainer_log = adir / "trainer.log"
+    if lines and trainer_log.exists():
+        t_start, t_end = lines[0][0], lines[-1][0]
+        launched = next((t for t, msg in lines if "trainer launched" in msg), None)
+        ray_cmd = next((t for t, msg in lines if "ray head:" in msg), None)
+        t_trainer_end = trainer_log.stat().st_mtime
+        if launched is not None:
+            trainer_s = max(t_trainer_end - launched, 0.0)
+            driver_s = t_end - t_start
+            rec["driver_wall_s"] = round(driver_s, 1)
+            rec["trainer_s"] = round(trainer_s, 1)
+            rec["before_ray_s"] = round((ray_cmd or launched) - t_start, 1)  # validation, run folder, resume
+            rec["after_trainer_s"] = round(max(t_end - t_trainer_end, 0.0), 1)  # teardown, metrics merge
+            ray_s = float(rec.get("ray_ready_s") or 0.0)
+            kit_s = driver_s - trainer_s - ray_s
+            rec["kit_overhead_s"] = round(kit_s, 1)
+            rec["kit_share"] = round(kit_s / driver_s, 4) if driver_s > 0 else None
+    if trainer_log.exists():
+        m = _ENGINE.findall(trainer_log.read_text(errors="replace"))
+        if m:
+            rec["vllm_engine_init_s"] = [float(x) for x in m]
+    metrics = adir / "metrics.jsonl"
+    if metrics.exists():
+        rec["steps"] = [
+            {
+                "step": r["step"],
+                **{
+                    k2: round(float(r["data"][f"timing_s/{k2}"]), 2)
+                    for k2 in STEP_KEYS
+                    if f"timing_s/{k2}" in r["data"]
+                },
+            }
+            for r in read_jsonl(metrics)
+        ]
+    return rec
+
+
+def cmd_report(args) -> None:
+    work = Path(args.dir)
+    rows = []
+    for status_path in sorted((work / "logs").glob("*/*/status.json")):
+        run = status_path.parent
+        for k in range(1, len(read_status(run).get("attempts", [])) + 1):
+            rows.append(attempt_report(run, k))
+    phases = []
+    times = work / "phase_times.tsv"
+    if times.exists():
+        for line in times.read_text().splitlines():
+            name, secs, rc = line.split("\t")
+            phases.append({"phase": name, "wall_s": float(secs), "rc": int(rc)})
+    evals = {}
+    for p in (work / "logs").glob("*/*/eval/servers/*.log"):
+        evals[p.stem] = _server_ready(p)
+    out = {"phases": phases, "attempts": rows, "serve": evals}
+    for ph in phases:
+        print(f"phase {ph['phase']:<16} {ph['wall_s']:8.1f} s  rc {ph['rc']}")
+    for r in rows:
+        steps = r.pop("steps", [])
+        print(json.dumps(r))
+        for s in steps:
+            print("   ", json.dumps(s))
+        r["steps"] = steps
+    if evals:
+        print("serve:", json.dumps(evals))
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2))
+
+
+def _server_ready(path: Path) -> dict[str, Any]:
+    """First and 'Application startup complete' times of a vLLM server log (seconds apart)."""
+    text = path.read_text(errors="replace")
+    m = _ENGINE.findall(text)
+    return {"engine_init_s": [float(x) for x in m], "log_bytes": os.path.getsize(path)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("sweep")
+    s.add_argument("dir")
+    s.add_argument("--points", type=int, required=True)
+    s.add_argument("--steps", type=int, required=True)
+    s = sub.add_parser("wait-step")
+    s.add_argument("metrics")
+    s.add_argument("--step", type=int, default=1)
+    s.add_argument("--pid", type=int, default=None)
+    s.add_argument("--timeout", type=float, default=900)
+    for name in ("requeued", "merged", "evaluated"):
+        sub.add_parser(name).add_argument("dir")
+    s = sub.add_parser("resumed")
+    s.add_argument("dir")
+    s.add_argument("--steps", type=int, required=True)
+    s = sub.add_parser("report")
+    s.add_argument("dir")
+    s.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    try:
+        {
+            "sweep": cmd_sweep,
+            "wait-step": cmd_wait_step,
+            "requeued": cmd_requeued,
+            "resumed": cmd_resumed,
+            "merged": cmd_merged,
+            "evaluated": cmd_evaluated,
+            "report": cmd_report,
+        }[args.cmd](args)
+    except CheckFailed as exc:
+        print(f"CHECK FAILED ({args.cmd}): {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

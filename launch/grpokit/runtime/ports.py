@@ -21,7 +21,21 @@ import psutil
 
 #: One registry per node, shared by all users' jobs (world-writable /tmp path, sticky bit).
 REGISTRY = Path(os.environ.get("GRPOKIT_PORT_REGISTRY", "/tmp/grpokit-ports.json"))
-LOW, HIGH = 20000, 60000
+
+
+def _ephemeral_low(default: int = 32768) -> int:
+    """First port of the kernel's ephemeral range (``net.ipv4.ip_local_port_range``)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return default
+
+
+#: Reserved ports come from [LOW, HIGH): below the kernel's ephemeral range, so that no port the
+#: kernel hands out for ``bind(0)`` or an outgoing connection (Ray's helper processes, verl's torch
+#: rendezvous, any client) can ever take a reserved one between reservation and use.
+LOW = int(os.environ.get("GRPOKIT_PORT_LOW", 15000))
+HIGH = int(os.environ.get("GRPOKIT_PORT_HIGH", min(_ephemeral_low(), 65536)))
 
 
 @contextlib.contextmanager
@@ -38,12 +52,15 @@ def _locked(path: Path):
 
 
 def _free(port: int, host: str) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
+    """Whether ``port`` can be bound on ``host`` and on all interfaces (Ray's gRPC servers bind
+    0.0.0.0 whatever the node address, so a listener on any address counts as taken)."""
+    for addr in dict.fromkeys((host, "0.0.0.0")):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((addr, port))
+            except OSError:
+                return False
     return True
 
 
@@ -70,11 +87,7 @@ def reserve_ports(count: int, *, contiguous: int = 0, host: str = "0.0.0.0", own
     owner = owner or os.getpid()
     rng = random.Random(os.getpid() ^ int.from_bytes(os.urandom(4), "little"))
     with _locked(REGISTRY):
-        data = {}
-        if REGISTRY.exists():
-            with contextlib.suppress(json.JSONDecodeError):
-                data = json.loads(REGISTRY.read_text() or "{}")
-        data = _live_reservations(data)
+        data = _live_reservations(_read())
         held = {p for v in data.values() for p in v["ports"]}
         chosen: list[int] = []
 
@@ -100,12 +113,35 @@ def reserve_ports(count: int, *, contiguous: int = 0, host: str = "0.0.0.0", own
             else:
                 raise RuntimeError(f"no block of {contiguous} free ports in [{LOW}, {HIGH})")
         data[f"{owner}-{len(data)}-{rng.random():.6f}"] = {"pid": owner, "ports": chosen + block}
-        tmp = REGISTRY.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, REGISTRY)
-        with contextlib.suppress(PermissionError):
-            os.chmod(REGISTRY, 0o666)
+        _write(data)
     return chosen + ([block[0]] if block else [])
+
+
+def _read() -> dict:
+    """The registry (caller holds the lock); an unreadable one counts as empty (it is rebuilt)."""
+    try:
+        data = json.loads(REGISTRY.read_text() or "{}")
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write(data: dict) -> None:
+    """Replace the registry atomically (caller holds the lock); every user's jobs may rewrite it."""
+    tmp = REGISTRY.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data))
+    with contextlib.suppress(PermissionError):
+        os.chmod(tmp, 0o666)
+    os.replace(tmp, REGISTRY)
+
+
+def reserved() -> dict[int, list[int]]:
+    """``{owner pid: [ports]}`` of the live reservations on this node (blocks expanded)."""
+    with _locked(REGISTRY):
+        out: dict[int, list[int]] = {}
+        for v in _live_reservations(_read()).values():
+            out.setdefault(int(v["pid"]), []).extend(v["ports"])
+    return out
 
 
 def release_ports(owner: int | None = None) -> None:
@@ -114,8 +150,4 @@ def release_ports(owner: int | None = None) -> None:
     with _locked(REGISTRY):
         if not REGISTRY.exists():
             return
-        data = json.loads(REGISTRY.read_text() or "{}")
-        data = {k: v for k, v in _live_reservations(data).items() if int(v["pid"]) != owner}
-        tmp = REGISTRY.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, REGISTRY)
+        _write({k: v for k, v in _live_reservations(_read()).items() if int(v["pid"]) != owner})

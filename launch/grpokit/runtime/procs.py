@@ -22,6 +22,11 @@ import psutil
 
 log = logging.getLogger(__name__)
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_PDEATHSIG = 1
+try:  # loaded once here: the child between fork and exec should do as little as possible
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
+except OSError:
+    _LIBC = None
 
 
 def become_subreaper() -> bool:
@@ -39,10 +44,25 @@ def ignore_usr2() -> None:
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
 
 
+def _child_setup() -> None:
+    """In the child between fork and exec: ignore USR2; die with the driver (PR_SET_PDEATHSIG).
+
+    If the driver itself is killed (SIGKILL after Slurm's KillWait, OOM), nobody is left to run
+    the teardown; the kernel then SIGKILLs each direct child, so no server keeps the allocation.
+    """
+    ignore_usr2()
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
 def start(
     cmd: Sequence[str], log_path: Path, *, env: Mapping[str, str] | None = None, cwd: Path | None = None
 ) -> subprocess.Popen:
-    """Start ``cmd`` in a new session, stdout and stderr appended to ``log_path``."""
+    """Start ``cmd`` in a new session, stdout and stderr appended to ``log_path``.
+
+    The child ignores SIGUSR2 (only the driver acts on Slurm's warning) and is SIGKILLed by the
+    kernel if the driver dies before stopping it.
+    """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:
         return subprocess.Popen(
@@ -53,7 +73,7 @@ def start(
             env=dict(env) if env is not None else None,
             cwd=cwd,
             start_new_session=True,
-            preexec_fn=ignore_usr2,
+            preexec_fn=_child_setup,
         )
 
 
@@ -99,8 +119,13 @@ def stop_tree(pid: int, grace_s: float, name: str = "") -> None:
     if not alive:
         return
     killed = kill_processes(alive, grace_s=3)
-    log.warning("%s: %d process(es) outlived SIGTERM of their root by %.0f s; SIGKILLed %s",
-                name or pid, len(alive), grace_s, killed)
+    log.warning(
+        "%s: %d process(es) outlived SIGTERM of their root by %.0f s; SIGKILLed %s",
+        name or pid,
+        len(alive),
+        grace_s,
+        killed,
+    )
 
 
 def stop_all_children(grace_s: float) -> None:

@@ -123,10 +123,18 @@ def _memory_server_command(sc: Sidecar, others: dict[str, Sidecar]) -> list[str]
 
 
 def build_command(sc: Sidecar, others: dict[str, Sidecar]) -> list[str]:
-    """The sidecar's command line: ``spec.command`` (a template, for stand-ins) or the kind's own."""
+    """The sidecar's command line: ``spec.command`` (a template, for stand-ins) or the kind's own.
+
+    ``spec.command`` is a list whose parts may hold ``{python}``, ``{host}`` and ``{port}`` (Python's
+    ``str.format``); a first word ``python`` means this interpreter. The key is never a field: it
+    travels in the environment only.
+    """
     if sc.spec.get("command"):
         fields = {"python": sys.executable, "host": sc.host, "port": sc.port}
-        return [str(part).format(**fields) for part in sc.spec["command"]]
+        cmd = [str(part).format(**fields) for part in sc.spec["command"]]
+        if cmd[0] == "python":  # as for runtime.trainer_cmd: the job's own interpreter, not PATH's
+            cmd[0] = sys.executable
+        return cmd
     kind = sc.spec.get("kind")
     if kind == "vllm":
         return _vllm_command(sc)

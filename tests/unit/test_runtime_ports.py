@@ -1,0 +1,97 @@
+"""The node-local port registry: concurrent jobs never get the same port, held ports are skipped."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from grpokit.runtime import ports
+
+
+@pytest.fixture
+def registry(tmp_path, monkeypatch) -> Path:
+    path = tmp_path / "ports.json"
+    monkeypatch.setattr(ports, "REGISTRY", path)
+    return path
+
+
+def _reserve_in_child(path: str, barrier, out) -> None:
+    ports.REGISTRY = Path(path)
+    barrier.wait()  # every process asks at the same moment
+    out.put(ports.reserve_ports(9, contiguous=200, host="127.0.0.1"))
+    time.sleep(1.0)  # keep the reservation alive until all have reserved
+
+
+@pytest.mark.timeout(60)
+def test_processes_reserving_at_the_same_moment_get_disjoint_ports(registry):
+    ctx = mp.get_context("fork")
+    n = 8
+    barrier, out = ctx.Barrier(n), ctx.Queue()
+    children = [ctx.Process(target=_reserve_in_child, args=(str(registry), barrier, out)) for _ in range(n)]
+    for c in children:
+        c.start()
+    results = [out.get(timeout=30) for _ in range(n)]
+    for c in children:
+        c.join(timeout=10)
+    sets = []
+    for r in results:
+        *singles, block = r
+        sets.append(set(singles) | set(range(block, block + 200)))
+        assert all(ports.LOW <= p < ports.HIGH for p in sets[-1])
+    total = sum(len(s) for s in sets)
+    assert len(set().union(*sets)) == total == n * 209, "two processes got the same port"
+
+
+def test_ports_come_from_below_the_kernel_ephemeral_range():
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    assert low >= ports.HIGH
+    assert all(p < low for p in ports.reserve_ports(20))
+    ports.release_ports()
+
+
+def test_a_port_someone_listens_on_is_never_chosen(registry, monkeypatch):
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        monkeypatch.setattr(ports, "LOW", port)
+        monkeypatch.setattr(ports, "HIGH", port + 2)
+        for _ in range(5):
+            assert ports.reserve_ports(1, host="127.0.0.1") == [port + 1]
+            ports.release_ports()
+
+
+def test_reserved_ports_are_skipped_until_released(registry, monkeypatch):
+    monkeypatch.setattr(ports, "LOW", 41000)
+    monkeypatch.setattr(ports, "HIGH", 41002)
+    first = ports.reserve_ports(2)
+    assert sorted(first) == [41000, 41001]
+    with pytest.raises(RuntimeError, match="no free port"):
+        ports.reserve_ports(1)
+    ports.release_ports()
+    assert ports.reserved() == {}
+    assert len(ports.reserve_ports(1)) == 1
+
+
+def test_a_reservation_lapses_when_its_owner_dies(registry):
+    code = (
+        f"import sys; sys.path[:0] = {sys.path!r}; from pathlib import Path; from grpokit.runtime import ports; "
+        f"ports.REGISTRY = Path({str(registry)!r}); print(ports.reserve_ports(3))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    dead_ports = json.loads(out.stdout)
+    assert len(json.loads(registry.read_text())) == 1  # written, owner now dead
+    assert all(p not in sum(ports.reserved().values(), []) for p in dead_ports)
+
+
+def test_a_corrupt_registry_is_rebuilt(registry):
+    registry.write_text("{not json")
+    assert len(ports.reserve_ports(2)) == 2
+    assert list(ports.reserved()) == [__import__("os").getpid()]
+    ports.release_ports()

@@ -76,6 +76,16 @@ def preempt(node: str, tmp_path: Path) -> str:
     return out.stdout.strip()
 
 
+def wait_jobs_gone(job_ids: list[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        out = subprocess.run(["squeue", "-h", "-r", "-o", "%i"], capture_output=True, text=True, timeout=30)
+        if not set(job_ids) & set(out.stdout.split()):
+            return
+        assert time.monotonic() < deadline, f"jobs {job_ids} still in squeue"
+        time.sleep(0.5)
+
+
 def check_redone(steps: list[list[int]], allowed: int) -> None:
     """At most ``allowed`` logged steps of an attempt are logged again by the next one."""
     done: list[int] = []
@@ -171,6 +181,7 @@ def test_resubmit_takes_exactly_the_failed_and_the_timed_out_point(kit, slurm, k
     first = kit.wait_final(run_dirs, timeout=600)
     assert [s["state"] for s in first] == ["failed", "failed", "completed"], [s.get("reason") for s in first]
     assert first[1]["attempts"][-1]["ended_by"] == "timeout"
+    wait_jobs_gone([p["job_id"] for p in points], timeout=120)  # status.json is final just before the job ends
     out = kit.run("resubmit.py", [str(sweep)])
     assert out.returncode == 0, out.stderr[-3000:]
     assert "resubmitted 000_" in out.stdout and "resubmitted 001_" in out.stdout and "002_" not in out.stdout

@@ -8,6 +8,7 @@ Flags:
     --host, --port: where to listen.
     --ready-after S: sleep S seconds before listening (a slow start).
     --exit-after S: exit with code 3 S seconds after start (before readiness when S < ready-after).
+    --exit-when FILE: exit with code 4 as soon as FILE exists (a death at a moment the test picks).
     --ignore-sigterm: SIGTERM is ignored (only SIGKILL stops it).
     --spawn-child: start a grandchild in a session of its own that ignores SIGTERM and sleeps
         forever, with ``--tag`` on its command line (an orphan the job must still reap).
@@ -55,6 +56,7 @@ def main() -> int:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--ready-after", type=float, default=0.0)
     p.add_argument("--exit-after", type=float, default=None)
+    p.add_argument("--exit-when", default=None)
     p.add_argument("--ignore-sigterm", action="store_true")
     p.add_argument("--spawn-child", action="store_true")
     p.add_argument("--tag", default="misbehaving-sidecar")
@@ -74,6 +76,15 @@ def main() -> int:
             os._exit(3)
 
         threading.Thread(target=_die, daemon=True).start()
+    if args.exit_when is not None:
+
+        def _die_on_file() -> None:
+            while not os.path.exists(args.exit_when):
+                time.sleep(0.2)
+            print(f"exiting with 4: {args.exit_when} exists (--exit-when)", flush=True)
+            os._exit(4)
+
+        threading.Thread(target=_die_on_file, daemon=True).start()
     time.sleep(args.ready_after)
     key = os.environ.get("VLLM_API_KEY") or os.environ.get("GRPOKIT_SIDECAR_KEY")
     server = ThreadingHTTPServer((args.host, args.port), _handler(key))

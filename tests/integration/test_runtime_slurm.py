@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def sweep(kit, tmp_path: Path, name: str, overrides: list[str], env: dict | None
     """Submit a sweep to the test cluster; returns its run folders."""
     out = kit.run(
         "sweep.py",
-        ["-m", *overrides, *kit.slurm_cluster, f"sweep_name={name}"],
+        ["-m", *kit.slurm_cluster, *overrides, f"sweep_name={name}"],
         env={**QUICK_ENV, **(env or {})},
         timeout=240,
     )
@@ -138,3 +139,104 @@ def test_four_jobs_on_one_node_at_once_get_disjoint_ports(kit, slurm, kit_overri
         assert not a & b, f"jobs {i} and {j} share ports {sorted(a & b)[:10]}"
     for run_dir, p in zip(run_dirs, ports, strict=True):
         assert_nothing_left(run_dir, p)
+
+
+@pytest.mark.timeout(360)
+def test_two_node_job_starts_one_head_and_one_worker_and_the_trainer_sees_both(kit, slurm, kit_overrides, tmp_path):
+    report = tmp_path / "ray_report.json"
+    (run_dir,) = sweep(
+        kit,
+        tmp_path,
+        "two_nodes",
+        [*kit_overrides, *QUICK, "cluster.nodes=2", "cluster.gpus_per_node=2", "cluster.cpus_per_task=2"],
+        env={"FAKE_TRAINER_RAY_REPORT": str(report)},
+    )
+    (status,) = kit.wait_final([run_dir], timeout=300)
+    assert status["state"] == "completed", status.get("reason")
+    nodes = subprocess.run(
+        ["scontrol", "show", "hostnames", status["slurm"]["nodelist"]], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert len(nodes) == 2
+    endpoints = json.loads((run_dir / "endpoints.json").read_text())
+    assert endpoints["ray"]["nodes"] == nodes
+    ray_logs = run_dir / "attempts" / "1" / "ray"
+    assert sorted(p.name for p in ray_logs.glob("*.log")) == ["ray_head.log", f"ray_worker_{nodes[1]}.log"]
+    seen = json.loads(report.read_text())
+    alive = [n for n in seen["nodes"] if n["alive"]]
+    assert len(alive) == 2, seen
+    assert [n["resources"].get("GPU") for n in alive] == [2.0, 2.0]
+    assert [n["resources"].get("CPU") for n in alive] == [2.0, 2.0]
+    assert seen["cluster_resources"]["GPU"] == 4.0
+    driver_log = (run_dir / "attempts" / "1" / "driver.log").read_text()
+    assert driver_log.count("ray start --head") == 1, "exactly one head"
+    assert driver_log.count("grpokit.runtime.ray_worker") == 1, "exactly one worker"
+    assert f"srun --overlap --nodes=1 --ntasks=1 --nodelist={nodes[1]}" in driver_log
+    assert "'nodes': 2" in driver_log
+    assert_nothing_left(run_dir, job_ports(endpoints))
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.5)
+
+
+def trainer_running(run_dir: Path) -> bool:
+    log = run_dir / "attempts" / "1" / "trainer.log"
+    return log.exists() and "step:1 " in log.read_text()
+
+
+@pytest.mark.timeout(420)
+def test_a_sidecar_that_dies_or_ignores_sigterm_ends_the_job_promptly_and_leaves_nothing(
+    kit, slurm, kit_overrides, tmp_path
+):
+    tag = f"stubborn-{tmp_path.name}"
+    trigger = tmp_path / "die_now"
+    long_run = ["verl.trainer.total_training_steps=100", "verl.trainer.save_freq=-1", "verl.trainer.test_freq=-1"]
+    # submitted together so that the three jobs run side by side
+    early = sweep(
+        kit,
+        tmp_path,
+        "dies_early",
+        [*kit_overrides, *QUICK, misbehaving(kit, "flaky", "--exit-after", "1", "--ready-after", "600")],
+    )
+    mid = sweep(
+        kit,
+        tmp_path,
+        "dies_mid_run",
+        [*kit_overrides, *long_run, misbehaving(kit, "crashy", "--exit-when", str(trigger))],
+        env={"FAKE_TRAINER_STEP_S": "1"},
+    )
+    stubborn = sweep(
+        kit,
+        tmp_path,
+        "ignores_term",
+        [*kit_overrides, *QUICK, misbehaving(kit, "stubborn", "--ignore-sigterm", "--spawn-child", "--tag", tag)],
+    )
+
+    wait_for(lambda: trainer_running(mid[0]), 300, "the trainer of dies_mid_run")
+    trigger.touch()
+    died_at = time.monotonic()
+    (s_mid,) = kit.wait_final(mid, timeout=120)
+    assert time.monotonic() - died_at < 60, "the job did not end promptly after its sidecar died"
+    assert s_mid["state"] == "failed" and s_mid["attempts"][-1]["ended_by"] == "sidecar_failed"
+    assert "sidecar crashy died (exit 4)" in s_mid["reason"] and "--exit-when" in s_mid["reason"]
+    assert s_mid["last_step"] < 100
+
+    (s_early,) = kit.wait_final(early, timeout=300)
+    assert s_early["state"] == "failed" and s_early["attempts"][-1]["ended_by"] == "sidecar_failed"
+    assert "sidecar flaky exited with 3 during start-up" in s_early["reason"]
+    assert "exiting with 3 after 1.0 s" in s_early["reason"], "the reason quotes the sidecar's log"
+    assert not (early[0] / "attempts" / "1" / "trainer.log").exists(), "the trainer must not start"
+
+    (s_stub,) = kit.wait_final(stubborn, timeout=300)
+    assert s_stub["state"] == "completed", s_stub.get("reason")
+    driver_log = (stubborn[0] / "attempts" / "1" / "driver.log").read_text()
+    assert "sidecar stubborn: " in driver_log and "SIGKILLed" in driver_log
+    for run_dir in (*early, *mid, *stubborn):
+        endpoints = (
+            json.loads((run_dir / "endpoints.json").read_text()) if (run_dir / "endpoints.json").exists() else None
+        )
+        assert_nothing_left(run_dir, job_ports(endpoints) if endpoints else set(), tags=(tag,))

@@ -68,6 +68,8 @@ def point_state(point: Point, slurm: SlurmJobState | None) -> str:
         word = slurm.kit_state
         if word in ("completed", "failed") and ended_by in ("timeout", "preempted"):
             return ended_by
+        if word == "completed" and status.get("state") in ("failed", "cancelled"):
+            return status["state"]  # the driver failed the point and exited by itself
         return word
     state = status.get("state")
     if state == "failed" and ended_by in ("timeout", "preempted", "cancelled"):

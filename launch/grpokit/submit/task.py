@@ -17,4 +17,12 @@ class RunPointTask:
             return 0
         from grpokit.runtime.driver import run_point
 
-        return run_point(spec_json)
+        code = run_point(spec_json)
+        if code != 0:
+            # Slurm then records the job as FAILED, as it would for a failing sbatch script.
+            raise PointFailed(f"point failed (driver exit code {code}); see its run folder's status.json")
+        return code
+
+
+class PointFailed(RuntimeError):
+    """The in-job driver ended the point as failed."""

@@ -52,7 +52,8 @@ def download_hint(spec: PointSpec) -> str:
     model = spec.model
     if model.get("source") == "build":
         return f"python launch/make_tiny_model.py --out {model.get('path')}"
-    choice = " ".join(o for o in spec.kit_overrides if o.startswith(("model=", "model.")))
+    last = {o.split("=", 1)[0]: o for o in spec.kit_overrides if o.startswith(("model=", "model."))}
+    choice = " ".join(last.values())
     return f"python launch/download.py {choice}".rstrip() + f"  (fetches {model.get('hub_id')} to {model.get('path')})"
 
 

@@ -107,15 +107,16 @@ def call_reward(cfg: dict[str, str]) -> dict[str, float]:
     fn = getattr(module, name or "compute_score")
     row = pd.read_parquet(cfg["data.val_files"]).iloc[0]
     ground_truth = row["reward_model"]["ground_truth"]
-    qas = ground_truth["questions_and_answers"]
-    memory = {
-        "core": "",
-        "semantic": [
-            {f"m{i}": f"{qa['question'].splitlines()[0]} -> Label: {qa['answer']}"} for i, qa in enumerate(qas)
-        ],
-        "episodic": [],
-    }
-    result = fn(row["data_source"], json.dumps(memory), ground_truth, dict(row["extra_info"]), **kwargs)
+    extra_info = dict(row["extra_info"])
+    if "questions_and_answers" in ground_truth:  # Memory-RL: a memory holding every target mapping
+        qas = ground_truth["questions_and_answers"]
+        memory = {"core": "", "semantic": [{f"m{i}": f"{qa['question'].splitlines()[0]} -> Label: {qa['answer']}"}
+                                           for i, qa in enumerate(qas)], "episodic": []}
+        solution = json.dumps(memory)
+    else:  # tool calling: the agent loop's tool rewards for search -> read, then the answer
+        solution = f"FINAL: {ground_truth['target_answer']}"
+        extra_info["tool_rewards"] = [0.25, 0.75]
+    result = fn(row["data_source"], solution, ground_truth, extra_info, **kwargs)
     if inspect.isawaitable(result):
         result = asyncio.run(result)
     return {f"reward/{k}": float(v) for k, v in result.items()}

@@ -1,10 +1,8 @@
 """The Memory-RL and tool-use experiments compose, validate with verl's real schema and checks, and
 carry the reference run's settings (issue 5 part 5, issue 6 part 5).
 
-Some settings of an experiment only win where ``configs/config.yaml`` composes the experiment after
-the ``hardware`` and ``cluster`` groups (Hydra merges the defaults list in order): the tests of
-those are marked ``order_dependent`` and expected to fail, strictly, while the experiment comes
-first.
+``configs/config.yaml`` composes the experiment after the ``hardware`` and ``cluster`` groups, so an
+experiment's pinned settings (a shared GPU's memory fraction, GPUs per node) win over their defaults.
 """
 
 from __future__ import annotations
@@ -14,10 +12,9 @@ import os
 from pathlib import Path
 
 import pytest
-import yaml
 from grpokit.config.compose import compose_kit
 from grpokit.config.point import PointSpec, build_point
-from grpokit.paths import CONFIG_DIR, package_file
+from grpokit.paths import package_file
 from grpokit.runtime import sidecars
 from grpokit.tasks.memalpha import server as memory_server
 from grpokit.validate import validate_point
@@ -25,22 +22,6 @@ from omegaconf import OmegaConf
 
 SHARED = Path(os.environ.get("GRPOKIT_SHARED", Path(__file__).resolve().parents[2].parent / "shared"))
 
-
-def _experiment_composed_last() -> bool:
-    names = [
-        next(iter(d)) if isinstance(d, dict) else d
-        for d in yaml.safe_load((CONFIG_DIR / "config.yaml").read_text())["defaults"]
-    ]
-    pos = {n: i for i, n in enumerate(names)}
-    return pos["experiment"] > max(pos["hardware"], pos["cluster"])
-
-
-order_dependent = pytest.mark.xfail(
-    not _experiment_composed_last(),
-    strict=True,
-    reason="configs/config.yaml composes `experiment` before `hardware` and `cluster`, so the hardware "
-    "profile's rollout fraction and the cluster's gpus_per_node override the experiment's",
-)
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +108,6 @@ def test_memalpha_smoke_has_the_reference_settings_and_sidecars(tiny_model_dir, 
     assert memory["reward_kwargs"] == {"memory_server_url": "{url}/batch_process"}
 
 
-@order_dependent
 def test_memalpha_smoke_validates_on_one_gpu_as_composed(tiny_model_dir, memalpha_dir, tmp_path):
     spec, _ = point(memalpha_overrides(tiny_model_dir, memalpha_dir), tmp_path)
     cfg, problems = verl_cfg(spec)
@@ -213,7 +193,6 @@ def test_memalpha_full_validates_on_two_gpus_with_a_dedicated_answer_gpu(tiny_mo
     assert spec.sidecars["memory_server"]["reward_kwargs"] == {"memory_server_url": "{url}/batch_process"}
 
 
-@order_dependent
 def test_memalpha_full_asks_for_two_gpus_itself(tiny_model_dir, memalpha_dir, tmp_path):
     spec, _ = point(
         [
@@ -296,7 +275,6 @@ def test_tool_memory_with_a_model_length_below_prompt_plus_response_is_refused(
     assert [p.key for p in problems] == ["verl.actor_rollout_ref.rollout.max_model_len"], problems
 
 
-@order_dependent
 def test_tool_memory_asks_for_two_gpus_itself(tiny_model_dir, tool_memory_dir, tmp_path):
     spec, _ = point([*tool_overrides(tiny_model_dir, tool_memory_dir), "cluster=slurm"], tmp_path)
     assert spec.cluster["gpus_per_node"] == 2

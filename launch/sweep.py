@@ -38,5 +38,17 @@ def main(cfg: DictConfig) -> None:
     launch_sweep(cfg, _Ctx, [overrides], 0)
 
 
+def preflight(argv: list[str]) -> None:
+    """Refuse misspelt verl keys with the kit's message (naming the key and the likely fix)."""
+    from grpokit.validate import SweepValidationError
+    from grpokit.validate.verl_check import check_command_line
+
+    problems = check_command_line([a for a in argv if "=" in a and not a.startswith("-")])
+    if problems:
+        print(SweepValidationError(problems), file=sys.stderr)
+        sys.exit(2)
+
+
 if __name__ == "__main__":
+    preflight(sys.argv[1:])
     sys.exit(main())

@@ -154,6 +154,9 @@ def launch_sweep(
         print(f"dry run: {len(specs)} point(s) validated, nothing submitted; see {path}")
         return [_job_return(s, None) for s in specs]
     if cluster.get("kind") == "slurm":
+        # The manifest exists before the jobs do: a sweep command killed mid-submission leaves its
+        # points (and run folders) findable; the Slurm ids are filled in right after.
+        write_manifest(sweep_dir, specs, [None] * len(specs), **meta)
         job_ids = submit_slurm(sweep_dir, specs, cluster)
         write_manifest(sweep_dir, specs, job_ids, **meta)
         print(f"submitted {len(specs)} point(s) as Slurm array {job_ids[0].split('_')[0]}; sweep folder {sweep_dir}")

@@ -37,10 +37,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SECONDS",
         help="refresh every SECONDS (default 10) until Ctrl-C",
     )
-    parser.add_argument("--width", type=int, default=None, help="console width (default: the terminal's)")
+    parser.add_argument("--width", type=int, default=None,
+                        help="console width (default: the terminal's; 200 when the output is not a terminal)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    console = Console(width=args.width)
+    width = args.width or (None if sys.stdout.isatty() else 200)
+    console = Console(width=width)
     try:
         table = build(args.sweep_dir)
     except (FileNotFoundError, ValueError) as exc:

@@ -11,9 +11,11 @@ import itertools
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 
@@ -240,3 +242,81 @@ def test_a_sidecar_that_dies_or_ignores_sigterm_ends_the_job_promptly_and_leaves
             json.loads((run_dir / "endpoints.json").read_text()) if (run_dir / "endpoints.json").exists() else None
         )
         assert_nothing_left(run_dir, job_ports(endpoints) if endpoints else set(), tags=(tag,))
+
+
+def ray_connect(address: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``ray.init(address=...)`` from a fresh process with exactly ``env`` (plus PATH/HOME)."""
+    code = f"import ray; ray.init(address={address!r}, logging_level='ERROR'); print('JOINED', len(ray.nodes()))"
+    base = {k: os.environ[k] for k in ("PATH", "HOME") if k in os.environ}
+    return subprocess.run(
+        [sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True, timeout=120
+    )
+
+
+def process_env(pid: int) -> dict[str, str]:
+    return psutil.Process(pid).environ()
+
+
+@pytest.mark.timeout(420)
+def test_clients_without_the_job_token_or_key_are_refused(kit, slurm, kit_overrides, tmp_path):
+    long_run = ["verl.trainer.total_training_steps=200", "verl.trainer.save_freq=-1", "verl.trainer.test_freq=-1"]
+    (run_dir,) = sweep(
+        kit, tmp_path, "auth", [*kit_overrides, *long_run, answer_double(kit)], env={"FAKE_TRAINER_STEP_S": "2"}
+    )
+    try:
+        wait_for(lambda: trainer_running(run_dir), 300, "the trainer")
+        endpoints = json.loads((run_dir / "endpoints.json").read_text())
+        address, sidecar = endpoints["ray"]["address"], endpoints["sidecars"]["answer_llm"]
+
+        refused = ray_connect(address, {})
+        assert refused.returncode != 0 and "JOINED" not in refused.stdout
+        assert "Authentication token is missing or incorrect" in refused.stderr, refused.stderr[-2000:]
+        wrong = tmp_path / "wrong_token"
+        wrong.write_text("0" * 64)
+        refused = ray_connect(address, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(wrong)})
+        assert refused.returncode != 0 and "JOINED" not in refused.stdout
+        token = run_dir / ".secrets" / "ray_token"
+        assert (token.stat().st_mode & 0o077) == 0 and (token.parent.stat().st_mode & 0o077) == 0
+        joined = ray_connect(address, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)})
+        assert "JOINED 1" in joined.stdout, joined.stderr[-2000:]  # the refusals were the token's doing
+
+        url = sidecar["url"] + "/v1/models"
+        assert httpx.get(url, timeout=10).status_code == 401
+        assert httpx.get(url, headers={"Authorization": "Bearer wrong"}, timeout=10).status_code == 401
+        key = process_env(sidecar["pid"])["VLLM_API_KEY"]
+        assert httpx.get(url, headers={"Authorization": f"Bearer {key}"}, timeout=10).status_code == 200
+        # the key is in no file of the run folder, and the Ray token only in its private file
+        secret = token.read_text().strip()
+        for path in run_dir.rglob("*"):
+            if path.is_file() and path != token:
+                text = path.read_bytes()
+                assert key.encode() not in text and secret.encode() not in text, f"a secret leaked into {path}"
+    finally:
+        job = kit.read_status(run_dir).get("slurm", {}).get("job_id")
+        if job:
+            subprocess.run(["scancel", job], check=False)
+    # scancel sends SIGTERM, which the driver treats as a preemption (state requeued; Slurm drops the job)
+    kit.wait_final([run_dir], timeout=120, states=kit.final | {"requeued"})
+    assert_nothing_left(run_dir, job_ports(endpoints))
+
+
+@pytest.mark.timeout(300)
+def test_a_job_whose_tmpdir_is_150_characters_long_starts_ray(kit, slurm, kit_overrides, tmp_path):
+    tmpdir = tmp_path / "t"
+    tmpdir = Path(str(tmpdir) + "_" + "x" * (150 - len(str(tmpdir)) - 1))
+    assert len(str(tmpdir)) == 150
+    tmpdir.mkdir()
+    (run_dir,) = sweep(
+        kit,
+        tmp_path,
+        "long_tmp",
+        [*kit_overrides, *QUICK],
+        env={"TMPDIR": str(tmpdir), "FAKE_TRAINER_RAY_REPORT": str(tmp_path / "ray.json")},
+    )
+    (status,) = kit.wait_final([run_dir], timeout=240)
+    assert status["state"] == "completed", status.get("reason")
+    env = json.loads((run_dir / "env.json").read_text())
+    assert env["tmpdir"] == str(tmpdir), "the job did not run under the long TMPDIR"
+    temp = json.loads((run_dir / "endpoints.json").read_text())["ray"]["temp_dir"]
+    assert len(temp) < 40 and not Path(temp).exists(), "Ray's short temp dir is used, then removed"
+    assert json.loads((tmp_path / "ray.json").read_text())["nodes"][0]["alive"], "the trainer joined Ray"

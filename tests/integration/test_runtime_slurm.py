@@ -137,6 +137,8 @@ def test_four_jobs_on_one_node_at_once_get_disjoint_ports(kit, slurm, kit_overri
         assert "key" not in json.dumps(endpoints).lower()
         ports.append(job_ports(endpoints))
         assert "Ray ready" in (run_dir / "attempts" / "1" / "driver.log").read_text()
+    plan = json.loads((run_dirs[0] / "gpu_plan.json").read_text())
+    assert plan["trainer"]["gpus"] == [0] and plan["gpus_per_node"] == 1
     for (i, a), (j, b) in itertools.combinations(enumerate(ports), 2):
         assert not a & b, f"jobs {i} and {j} share ports {sorted(a & b)[:10]}"
     for run_dir, p in zip(run_dirs, ports, strict=True):
@@ -320,3 +322,26 @@ def test_a_job_whose_tmpdir_is_150_characters_long_starts_ray(kit, slurm, kit_ov
     temp = json.loads((run_dir / "endpoints.json").read_text())["ray"]["temp_dir"]
     assert len(temp) < 40 and not Path(temp).exists(), "Ray's short temp dir is used, then removed"
     assert json.loads((tmp_path / "ray.json").read_text())["nodes"][0]["alive"], "the trainer joined Ray"
+
+
+@pytest.mark.timeout(120)
+def test_a_plan_that_over_subscribes_a_gpu_is_refused_before_submission(kit, slurm, kit_overrides, tmp_path):
+    shared = (
+        f"+sidecars.answer_llm={{kind:vllm,model:{tmp_path},served_model_name:a,gpus:1,placement:shared,"
+        "gpu_memory_utilization:0.6}"
+    )
+    out = kit.run(
+        "sweep.py",
+        [
+            "-m",
+            *kit.slurm_cluster,
+            *kit_overrides,
+            "sweep_name=oversub",
+            shared,
+            "verl.actor_rollout_ref.rollout.gpu_memory_utilization=0.5",
+        ],
+    )
+    assert out.returncode != 0
+    text = out.stdout + out.stderr
+    assert "sum to 1.1" in text and "gpu_memory_utilization<=0.35" in text, text[-3000:]
+    assert not (tmp_path / "logs" / "oversub" / "submitit").exists(), "something was submitted"

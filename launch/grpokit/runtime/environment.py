@@ -58,6 +58,24 @@ def node_names() -> list[str]:
     return sorted(names, key=lambda n: n != me) if me in names else names
 
 
+def node_address(node: str) -> str:
+    """The address other nodes reach ``node`` on: Slurm's ``NodeAddr`` (``scontrol show node``).
+
+    Falls back to resolving the name (outside Slurm, or when ``scontrol`` cannot say). Slurm's own
+    address is preferred because a host name may resolve to a loopback alias (Debian's 127.0.1.1)
+    that other nodes cannot reach.
+    """
+    try:
+        out = subprocess.run(["scontrol", "show", "node", node, "-o"], capture_output=True, text=True, timeout=30)
+        for field in out.stdout.split():
+            if field.startswith("NodeAddr="):
+                addr = field.split("=", 1)[1]
+                return socket.gethostbyname(addr)
+    except (OSError, subprocess.TimeoutExpired, socket.gaierror):
+        pass
+    return socket.gethostbyname(node)
+
+
 def visible_gpus() -> list[str]:
     """GPU ids this job may use (``CUDA_VISIBLE_DEVICES`` as Slurm set it), or [] when unset."""
     value = os.environ.get("CUDA_VISIBLE_DEVICES", "")

@@ -137,7 +137,7 @@ class Driver:
 
     def _start_services(self, cfg, attempt_dir: Path, base_env: dict[str, str]) -> dict[str, str]:
         nodes = environment.node_names()
-        host = "127.0.0.1" if len(nodes) <= 1 else _node_address()
+        host = "127.0.0.1" if len(nodes) <= 1 else environment.node_address(nodes[0])
         plan = gpu_plan.plan(self.spec, float(cfg.actor_rollout_ref.rollout.gpu_memory_utilization))
         visible = environment.visible_gpus() or [str(i) for i in range(plan["gpus_per_node"])]
         plan["physical"] = {
@@ -344,12 +344,6 @@ def _last_step(metrics_path: Path) -> int | None:
     steps = [r.get("step") for r in read_jsonl(metrics_path)] if metrics_path.exists() else []
     steps = [s for s in steps if isinstance(s, int)]
     return max(steps) if steps else None
-
-
-def _node_address() -> str:
-    import socket
-
-    return socket.gethostbyname(socket.gethostname())
 
 
 def _requeue_self() -> None:

@@ -95,6 +95,7 @@ def reserve_node_ports(host: str) -> tuple[dict[str, int], int]:
 def auth_env(secret_dir: Path) -> dict[str, str]:
     """Ray token authentication: a per-job token in a file only the job's user can read."""
     secret_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    secret_dir.chmod(0o700)  # also when it already existed with wider rights
     token_path = secret_dir / "ray_token"
     if not token_path.exists():
         fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

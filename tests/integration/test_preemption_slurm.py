@@ -107,7 +107,7 @@ def test_point_survives_two_preemptions_and_a_time_limit(
             *kit.slurm_cluster,
             "sweep_name=pre",
             "cluster.time_min=3",
-            "cluster.additional_sbatch={nodelist:node3}",
+            "+cluster.additional_sbatch.nodelist=node3",
             "verl.trainer.total_training_steps=110",
             "verl.trainer.save_freq=50",
             "verl.trainer.test_freq=-1",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 import signal
 import subprocess
 import sys
@@ -135,10 +136,11 @@ class Driver:
             raise JobFailed("the point does not validate:\n" + "\n".join(map(str, problems)), "invalid")
         return cfg
 
-    def _start_services(self, cfg, attempt_dir: Path, base_env: dict[str, str]) -> dict[str, str]:
+    def _start_services(self, attempt_dir: Path, base_env: dict[str, str]) -> dict[str, str]:
         nodes = environment.node_names()
         host = "127.0.0.1" if len(nodes) <= 1 else environment.node_address(nodes[0])
-        plan = gpu_plan.plan(self.spec, float(cfg.actor_rollout_ref.rollout.gpu_memory_utilization))
+        fraction = self.spec.verl_value("actor_rollout_ref.rollout.gpu_memory_utilization")
+        plan = gpu_plan.plan(self.spec, float(fraction) if fraction else gpu_plan.VERL_DEFAULT_ROLLOUT_FRACTION)
         visible = environment.visible_gpus() or [str(i) for i in range(plan["gpus_per_node"])]
         plan["physical"] = {
             "trainer": [visible[i] for i in plan["trainer"]["gpus"] if i < len(visible)],
@@ -256,16 +258,24 @@ class Driver:
         log.info("point %s, attempt %d, run folder %s", self.spec.name, attempt, self.run_dir)
         state, ended_by, reason, exit_code, requeue = "failed", "failed", "", None, False
         try:
-            cfg = self._validate()
-            keep = cfg.trainer.get("max_actor_ckpt_to_keep")
-            resume = prepare_resume(Path(self.spec.checkpoint_dir), keep=int(keep) if keep else None)
-            status.update_attempt(resume_step=resume["resume_step"])
-            env = {
-                **os.environ,
-                **{k: str(v) for k, v in (self.spec.runtime.get("env") or {}).items()},
-                **trainer.environment(self.run_dir, attempt_dir),
-            }
-            env = self._start_services(cfg, attempt_dir, env)
+            # verl's own check of the point (importing verl takes seconds) runs while Ray and the
+            # sidecars come up; the trainer starts only once it passed.
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="validate") as pool:
+                validation = pool.submit(self._validate)
+                keep = self.spec.verl_value("trainer.max_actor_ckpt_to_keep")
+                resume = prepare_resume(
+                    Path(self.spec.checkpoint_dir), keep=int(keep) if keep not in (None, "null") else None
+                )
+                status.update_attempt(resume_step=resume["resume_step"])
+                env = {
+                    **os.environ,
+                    **{k: str(v) for k, v in (self.spec.runtime.get("env") or {}).items()},
+                    **trainer.environment(self.run_dir, attempt_dir),
+                }
+                try:
+                    env = self._start_services(attempt_dir, env)
+                finally:
+                    validation.result()  # a validation failure wins over a start-up error
             cmd = trainer.command(self.spec, self._sidecar_overrides())
             trainer.write_command_file(
                 self.run_dir / "verl_cmd.sh", cmd, list(trainer.environment(self.run_dir, attempt_dir))

@@ -17,6 +17,8 @@ from grpokit.config.point import PointSpec
 from grpokit.validate.problems import Problem
 
 MAX_SHARED_FRACTION = 0.95
+#: verl's default ``actor_rollout_ref.rollout.gpu_memory_utilization`` (verl/trainer/config/rollout).
+VERL_DEFAULT_ROLLOUT_FRACTION = 0.5
 
 
 def plan(spec: PointSpec, rollout_fraction: float) -> dict[str, Any]:

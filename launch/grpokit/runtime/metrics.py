@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import orjson
 import pandas as pd
+
+from grpokit.runtime.status import write_bytes_atomic
 
 log = logging.getLogger(__name__)
 
@@ -122,16 +122,6 @@ def write_merged(run_dir: Path | str) -> Path:
     """
     run_dir = Path(run_dir)
     target = run_dir / METRICS_FILE
-    payload = frame_to_jsonl(merge_attempts(run_dir))
-    fd, tmp = tempfile.mkstemp(prefix=".metrics.", suffix=".jsonl.tmp", dir=run_dir)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_bytes_atomic(target, frame_to_jsonl(merge_attempts(run_dir)))
     log.info("merged metrics of %s -> %s", run_dir, target)
     return target

@@ -22,19 +22,28 @@ def now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON through a temp file in the same folder and ``os.replace`` it over ``path``."""
+def write_bytes_atomic(path: Path, payload: bytes) -> None:
+    """Write ``payload`` through a temp file in the same folder, fsync, ``os.replace`` it over ``path``.
+
+    Readers on other nodes see the old file or the new one, never half of one.
+    """
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, default=str)
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """:func:`write_bytes_atomic` of ``data`` as indented JSON."""
+    write_bytes_atomic(path, json.dumps(data, indent=2, default=str).encode())
 
 
 def read_status(run_dir: Path) -> dict[str, Any]:

@@ -210,8 +210,10 @@ def attempt_report(run: Path, k: int) -> dict[str, Any]:
             rec["trainer_s"] = round(trainer_s, 1)
             rec["before_ray_s"] = round((ray_cmd or launched) - t_start, 1)  # validation, run folder, resume
             rec["after_trainer_s"] = round(max(t_end - t_trainer_end, 0.0), 1)  # teardown, metrics merge
-            ray_s = float(rec.get("ray_ready_s") or 0.0)
-            kit_s = driver_s - trainer_s - ray_s
+            # Ray and the sidecars start together; sidecars_ready_s counts from the same instant
+            # and covers both: the servers' own start-up is theirs, not the kit's.
+            services_s = max(float(rec.get("ray_ready_s") or 0.0), float(rec.get("sidecars_ready_s") or 0.0))
+            kit_s = driver_s - trainer_s - services_s
             rec["kit_overhead_s"] = round(kit_s, 1)
             rec["kit_share"] = round(kit_s / driver_s, 4) if driver_s > 0 else None
     if trainer_log.exists():
@@ -224,7 +226,7 @@ def attempt_report(run: Path, k: int) -> dict[str, Any]:
             {
                 "step": r["step"],
                 **{
-                    k2: round(float(r["data"][f"timing_s/{k2}"]), 2)
+                    f"{k2}_s": round(float(r["data"][f"timing_s/{k2}"]), 2)
                     for k2 in STEP_KEYS
                     if f"timing_s/{k2}" in r["data"]
                 },

@@ -63,7 +63,8 @@ def main() -> None:
     from grpokit.models import build_model
     from grpokit.tasks.gsm8k.data import build
 
-    with tempfile.TemporaryDirectory() as d:
+    # cancelled jobs may still be writing their run folders while the folder is removed
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as d:
         tmp = Path(d)
         model = build_model(tmp / "tiny", like="tiny")
         data = tmp / "gsm8k"

@@ -113,3 +113,15 @@ def test_point_names_carry_the_swept_values():
     assert point_name(3, {"verl.data.train_batch_size": "16", "verl.actor_rollout_ref.rollout.n": "4"}) == \
         "003_train_batch_size-16__n-4"
     assert point_name(0, {}) == "000"
+
+
+def test_fast_override_path_equals_hydras_full_composition(base):
+    from omegaconf import OmegaConf
+
+    from grpokit.config.verl_schema import apply_overrides, compose_verl
+
+    overrides = point([*base, "hardware=h200", "verl.data.train_batch_size=16"]).verl_overrides
+    fast, full = apply_overrides(overrides), compose_verl(overrides)
+    assert OmegaConf.to_container(fast, resolve=False) == OmegaConf.to_container(full, resolve=False)
+    with pytest.raises(Exception, match="Could not override 'data.train_bach_size'"):
+        apply_overrides(["data.train_bach_size=3"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf
 
 from grpokit.config.point import PointSpec, build_point
+from grpokit.paths import CONFIG_DIR
 from grpokit.submit import slurm
 from grpokit.submit.manifest import write_manifest
 from grpokit.submit.task import RunPointTask
@@ -124,13 +126,37 @@ def wait_for(specs: list[PointSpec], poll_s: float = 5.0) -> None:
         time.sleep(poll_s)
 
 
+def point_loader(full_load, first: list[str]):
+    """``load(overrides) -> kit config`` that composes the first point fully and derives the others.
+
+    A point that differs from the first only in values (not in config groups such as
+    ``experiment=``) is the first point's config with its own values applied by Hydra's override
+    step; composing the whole defaults list again per point made validation of large sweeps slow.
+    """
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    base = full_load(first)
+    groups = {p.name for p in CONFIG_DIR.iterdir() if p.is_dir()}
+
+    def load(overrides: list[str]) -> DictConfig:
+        diff = [o for o in overrides if o not in first]
+        parsed = parser.parse_overrides(diff)
+        if any(o.key_or_group.split("/")[0] in groups or o.key_or_group.startswith("hydra") for o in parsed):
+            return full_load(overrides)
+        cfg = copy.deepcopy(base)
+        ConfigLoaderImpl._apply_overrides_to_config(parsed, cfg)
+        return cfg
+
+    return load
+
+
 def launch_sweep(
     config: DictConfig, hydra_context, job_overrides: list[list[str]], first_index: int
 ) -> list[JobReturn]:
     """The launcher's body (see :mod:`hydra_plugins.grpokit_launcher.grpokit_launcher`)."""
-
-    def load(overrides: list[str]) -> DictConfig:
-        return hydra_context.config_loader.load_sweep_config(config, list(overrides))
+    load = point_loader(lambda o: hydra_context.config_loader.load_sweep_config(config, list(o)), job_overrides[0])
 
     started = time.monotonic()
     specs = build_points(config, load, job_overrides, first_index)

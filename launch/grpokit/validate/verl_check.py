@@ -9,7 +9,7 @@ from omegaconf import DictConfig
 
 from grpokit.config.overrides import flat_base
 from grpokit.config.point import PointSpec
-from grpokit.config.verl_schema import compose_verl
+from grpokit.config.verl_schema import apply_overrides
 from grpokit.validate.problems import Problem
 
 # verl keys whose children are free-form: a new key below them is expected, not a typo.
@@ -92,7 +92,7 @@ def check_added_keys(spec: PointSpec) -> list[Problem]:
 def compose_point(spec: PointSpec) -> tuple[DictConfig | None, list[Problem]]:
     """Compose verl's config with the point's overrides; a failure becomes a :class:`Problem`."""
     try:
-        return compose_verl(spec.verl_overrides), []
+        return apply_overrides(spec.verl_overrides), []
     except Exception as exc:  # Hydra raises several exception types for a bad override
         text = str(exc)
         match = _COULD_NOT_OVERRIDE.search(text)

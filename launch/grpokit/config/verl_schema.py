@@ -21,9 +21,17 @@ VERL_CONFIG_NAME = "ppo_trainer"
 
 def verl_config_dir() -> Path:
     """The ``trainer/config`` folder of the installed verl."""
+    _lean_imports()
     import verl
 
     return Path(os.path.dirname(verl.__file__)) / "trainer" / "config"
+
+
+def _lean_imports() -> None:
+    # verl imports `datasets`, which imports TensorFlow and JAX when they are installed (the GPU
+    # image has JAX): seconds per process for frameworks the kit never uses.
+    os.environ.setdefault("USE_TF", "0")
+    os.environ.setdefault("USE_JAX", "0")
 
 
 def compose_verl(overrides: list[str]) -> DictConfig:

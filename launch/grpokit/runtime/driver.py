@@ -338,6 +338,10 @@ class Driver:
         if requeue:
             _requeue_self()
             return EXIT_REQUEUED
+        if state == "requeued":
+            # Outside Slurm nothing requeues the point: the same command (or resubmit.py) resumes it.
+            log.info("checkpointed and stopped; run the same command again to resume")
+            return EXIT_REQUEUED
         return EXIT_OK if state in ("completed", "skipped_no_gpu") else EXIT_FAILED
 
     def _teardown(self) -> None:

@@ -137,7 +137,32 @@ class RayCluster:
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
-def start_cluster(
+#: Ray's own start-up wait for its raylet is a fixed 30 s (ray/_private/node.py); on an overloaded
+#: node (many jobs starting at once on few cores) it gives up. Such a start is retried this often.
+START_ATTEMPTS = 3
+_OVERLOAD = "timed out during startup"
+
+
+def start_cluster(**kwargs) -> RayCluster:
+    """:func:`start_cluster_once`, retried when Ray's head gave up on an overloaded node.
+
+    Every try gets fresh ports and a fresh temp dir; any other failure is raised at once.
+    """
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            return start_cluster_once(**kwargs)
+        except RayStartError as exc:
+            if _OVERLOAD not in str(exc) or attempt == START_ATTEMPTS:
+                raise
+            log.warning(
+                "ray head timed out during its own start-up (node overloaded); try %d of %d",
+                attempt + 1,
+                START_ATTEMPTS,
+            )
+    raise AssertionError("unreachable")
+
+
+def start_cluster_once(
     *,
     log_dir: Path,
     env: dict[str, str],

@@ -125,3 +125,17 @@ def test_fast_override_path_equals_hydras_full_composition(base):
     assert OmegaConf.to_container(fast, resolve=False) == OmegaConf.to_container(full, resolve=False)
     with pytest.raises(Exception, match="Could not override 'data.train_bach_size'"):
         apply_overrides(["data.train_bach_size=3"])
+
+
+def test_points_derived_from_the_first_equal_their_full_composition(base):
+    from omegaconf import OmegaConf
+
+    from grpokit.submit.sweep import point_loader
+
+    points = [[*base, f"verl.data.train_batch_size={b}", f"+runtime.env.PROFILE={p}"] for b, p in ((8, "a"), (16, "b"))]
+    points.append([*base, "verl.data.train_batch_size=8", "+runtime.env.PROFILE=c", "hardware=h200"])
+    load = point_loader(compose_kit, points[0])
+    for overrides in points:
+        fast, full = (OmegaConf.to_container(c, resolve=False) for c in (load(overrides), compose_kit(overrides)))
+        fast.pop("hydra"), full.pop("hydra")  # Hydra's own bookkeeping (the override list) differs
+        assert fast == full

@@ -141,7 +141,9 @@ def point_loader(full_load, first: list[str]):
     groups = {p.name for p in CONFIG_DIR.iterdir() if p.is_dir()}
 
     def load(overrides: list[str]) -> DictConfig:
-        diff = [o for o in overrides if o not in first]
+        # `+key=v` of this point adds a key the first point added too: on its config it is a
+        # force-add (`++`), as composing this point from scratch would have made it.
+        diff = ["+" + o if o.startswith("+") and not o.startswith("++") else o for o in overrides if o not in first]
         parsed = parser.parse_overrides(diff)
         if any(o.key_or_group.split("/")[0] in groups or o.key_or_group.startswith("hydra") for o in parsed):
             return full_load(overrides)

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+
 from grpokit.results.report_table import collect_report, write_tables
 from grpokit.results.sweep_folder import load_sweep
 

@@ -20,8 +20,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "launch"))
-AXES = ["verl.data.train_batch_size=8,16,32", "verl.actor_rollout_ref.rollout.n=2,4,8",
-        "verl.data.max_response_length=256,512,1024"]
+AXES = [
+    "verl.data.train_batch_size=8,16,32",
+    "verl.actor_rollout_ref.rollout.n=2,4,8",
+    "verl.data.max_response_length=256,512,1024",
+]
 
 
 def squeue_count(name: str) -> int:
@@ -30,10 +33,22 @@ def squeue_count(name: str) -> int:
 
 
 def kit_submit(tmp: Path, model: Path, data: Path) -> float:
-    args = ["-m", "cluster=slurm", "model=tiny", f"model.path={model}", f"experiment.data_dir={data}",
-            f"logs_root={tmp / 'logs'}", "sweep_name=bench_kit", "cluster.cpus_per_task=1", "cluster.mem_gb=1",
-            "cluster.time_min=15", "cluster.signal_lead_s=60", "cluster.array_parallelism=1",
-            "runtime.needs_gpu=false", *AXES]
+    args = [
+        "-m",
+        "cluster=slurm",
+        "model=tiny",
+        f"model.path={model}",
+        f"experiment.data_dir={data}",
+        f"logs_root={tmp / 'logs'}",
+        "sweep_name=bench_kit",
+        "cluster.cpus_per_task=1",
+        "cluster.mem_gb=1",
+        "cluster.time_min=15",
+        "cluster.signal_lead_s=60",
+        "cluster.array_parallelism=1",
+        "runtime.needs_gpu=false",
+        *AXES,
+    ]
     start = time.perf_counter()
     out = subprocess.run([sys.executable, str(REPO / "launch" / "sweep.py"), *args], capture_output=True, text=True)
     elapsed = time.perf_counter() - start
@@ -44,11 +59,21 @@ def kit_submit(tmp: Path, model: Path, data: Path) -> float:
 
 
 def bare_submit(tmp: Path) -> float:
-    args = ["-m", "batch=8,16,32", "n=2,4,8", "response=256,512,1024",
-            f"hydra.sweep.dir={tmp / 'bare'}", "hydra.launcher.array_parallelism=1"]
+    args = [
+        "-m",
+        "batch=8,16,32",
+        "n=2,4,8",
+        "response=256,512,1024",
+        f"hydra.sweep.dir={tmp / 'bare'}",
+        "hydra.launcher.array_parallelism=1",
+    ]
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, str(REPO / "bench" / "bare_hydra_app" / "app.py"), *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "bench" / "bare_hydra_app" / "app.py"), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     while squeue_count("bare_bench") < 27:
         if proc.poll() is not None:
             raise SystemExit(f"bare app exited early:\n{proc.stderr.read()[-3000:]}")

@@ -12,11 +12,12 @@ from __future__ import annotations
 import os
 import sys
 
+from omegaconf import open_dict
+
 from grpokit.config.compose import compose_kit
 from grpokit.config.point import build_point
 from grpokit.runtime.driver import run_point
 from grpokit.validate import validate_point
-from omegaconf import open_dict
 
 
 def main(argv: list[str]) -> int:

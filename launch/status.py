@@ -12,10 +12,11 @@ import sys
 import time
 from pathlib import Path
 
-from grpokit.results.status_table import collect_rows, render_table
-from grpokit.results.sweep_folder import load_sweep
 from rich.console import Console
 from rich.live import Live
+
+from grpokit.results.status_table import collect_rows, render_table
+from grpokit.results.sweep_folder import load_sweep
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +38,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SECONDS",
         help="refresh every SECONDS (default 10) until Ctrl-C",
     )
-    parser.add_argument("--width", type=int, default=None,
-                        help="console width (default: the terminal's; 200 when the output is not a terminal)")
+    parser.add_argument(
+        "--width",
+        type=int,
+        default=None,
+        help="console width (default: the terminal's; 200 when the output is not a terminal)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     width = args.width or (None if sys.stdout.isatty() else 200)

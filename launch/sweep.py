@@ -15,9 +15,10 @@ from __future__ import annotations
 import sys
 
 import hydra
+from omegaconf import DictConfig
+
 from grpokit.config import store
 from grpokit.paths import CONFIG_DIR
-from omegaconf import DictConfig
 
 store.register()
 
@@ -25,8 +26,9 @@ store.register()
 @hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base=None)
 def main(cfg: DictConfig) -> None:
     # Only reached without -m: a single point, launched like a one-point sweep.
-    from grpokit.submit.sweep import launch_sweep
     from hydra.core.hydra_config import HydraConfig
+
+    from grpokit.submit.sweep import launch_sweep
 
     class _Ctx:  # the compose API stands in for Hydra's sweep loader on this path
         class config_loader:  # noqa: N801

@@ -113,8 +113,13 @@ def call_reward(cfg: dict[str, str]) -> dict[str, float]:
     extra_info = dict(row["extra_info"])
     if "questions_and_answers" in ground_truth:  # Memory-RL: a memory holding every target mapping
         qas = ground_truth["questions_and_answers"]
-        memory = {"core": "", "semantic": [{f"m{i}": f"{qa['question'].splitlines()[0]} -> Label: {qa['answer']}"}
-                                           for i, qa in enumerate(qas)], "episodic": []}
+        memory = {
+            "core": "",
+            "semantic": [
+                {f"m{i}": f"{qa['question'].splitlines()[0]} -> Label: {qa['answer']}"} for i, qa in enumerate(qas)
+            ],
+            "episodic": [],
+        }
         solution = json.dumps(memory)
     else:  # tool calling: the agent loop's tool rewards for search -> read, then the answer
         solution = f"FINAL: {ground_truth['target_answer']}"

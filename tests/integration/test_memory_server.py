@@ -17,6 +17,7 @@ from types import ModuleType
 
 import httpx
 import pytest
+
 from grpokit.tasks.memalpha.server import ServerSettings, create_app
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from grpokit.runtime.checkpoints import inspect_checkpoint, latest_complete, list_checkpoints, read_tracker
 
 

@@ -13,8 +13,13 @@ from grpokit.validate.verl_check import check_command_line
 
 @pytest.fixture
 def base(tiny_model_dir, gsm8k_dir, tmp_path) -> list[str]:
-    return ["model=tiny", f"model.path={tiny_model_dir}", f"experiment.data_dir={gsm8k_dir}",
-            f"logs_root={tmp_path}", "sweep_name=unit"]
+    return [
+        "model=tiny",
+        f"model.path={tiny_model_dir}",
+        f"experiment.data_dir={gsm8k_dir}",
+        f"logs_root={tmp_path}",
+        "sweep_name=unit",
+    ]
 
 
 def point(overrides: list[str]):
@@ -41,15 +46,24 @@ def test_defaults_are_the_reference_runs_settings(base):
     assert rollout.max_num_batched_tokens == 8192 and rollout.engine_kwargs.vllm.limit_mm_per_prompt.image == 0
     assert actor.ppo_max_token_len_per_gpu == 2048 and actor.ppo_micro_batch_size_per_gpu == 1
     assert actor.fsdp_config.param_offload and actor.fsdp_config.optimizer_offload
-    assert not cfg.actor_rollout_ref.model.use_remove_padding and cfg.actor_rollout_ref.model.enable_gradient_checkpointing
+    model = cfg.actor_rollout_ref.model
+    assert not model.use_remove_padding and model.enable_gradient_checkpointing
     assert cfg.actor_rollout_ref.model.override_config.attn_implementation == "eager"
     assert list(cfg.trainer.logger) == ["console", "tensorboard", "file"]
     assert "+actor_rollout_ref.model.override_config.attn_implementation=eager" in spec.verl_overrides
 
 
 def test_derived_settings_follow_the_swept_ones_and_an_explicit_value_wins(base):
-    v = emitted(point([*base, "verl.data.train_batch_size=16", "verl.actor_rollout_ref.rollout.n=4",
-                       "verl.data.max_response_length=2048"]))
+    v = emitted(
+        point(
+            [
+                *base,
+                "verl.data.train_batch_size=16",
+                "verl.actor_rollout_ref.rollout.n=4",
+                "verl.data.max_response_length=2048",
+            ]
+        )
+    )
     assert v["actor_rollout_ref.rollout.max_num_seqs"] == "64"
     assert v["actor_rollout_ref.rollout.max_model_len"] == str(512 + 2048 + 256)
     assert v["actor_rollout_ref.actor.ppo_max_token_len_per_gpu"] == "3072"
@@ -95,9 +109,14 @@ def test_signal_lead_must_fit_the_time_limit(base):
 
 
 def test_command_line_typos_get_a_suggestion_not_hydras_append_hint():
-    problems = check_command_line(["verl.data.train_bach_size=16", "verl.data.train_batch_size=8,16",
-                                   "+verl.actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-                                   "+verl.trainer.totl_training_steps=3"])
+    problems = check_command_line(
+        [
+            "verl.data.train_bach_size=16",
+            "verl.data.train_batch_size=8,16",
+            "+verl.actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+            "+verl.trainer.totl_training_steps=3",
+        ]
+    )
     assert [p.key for p in problems] == ["verl.data.train_bach_size", "verl.trainer.totl_training_steps"]
     assert "did you mean verl.data.train_batch_size" in problems[0].fix
 
@@ -110,8 +129,10 @@ def test_format_value_speaks_hydras_override_grammar():
 
 
 def test_point_names_carry_the_swept_values():
-    assert point_name(3, {"verl.data.train_batch_size": "16", "verl.actor_rollout_ref.rollout.n": "4"}) == \
-        "003_train_batch_size-16__n-4"
+    assert (
+        point_name(3, {"verl.data.train_batch_size": "16", "verl.actor_rollout_ref.rollout.n": "4"})
+        == "003_train_batch_size-16__n-4"
+    )
     assert point_name(0, {}) == "000"
 
 

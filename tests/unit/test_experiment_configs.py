@@ -12,16 +12,16 @@ import os
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
+
 from grpokit.config.compose import compose_kit
 from grpokit.config.point import PointSpec, build_point
 from grpokit.paths import package_file
 from grpokit.runtime import sidecars
 from grpokit.tasks.memalpha import server as memory_server
 from grpokit.validate import validate_point
-from omegaconf import OmegaConf
 
 SHARED = Path(os.environ.get("GRPOKIT_SHARED", Path(__file__).resolve().parents[2].parent / "shared"))
-
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from omegaconf import OmegaConf
+
 from grpokit.config.point import PointSpec
 from grpokit.validate import gpu_plan
-from omegaconf import OmegaConf
 
 
 def spec(gpus: int, sidecars: dict) -> PointSpec:

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from grpokit.tasks.memalpha.prompt import (
     NO_MEMORIES,
     Memory,

@@ -17,6 +17,8 @@ from types import ModuleType
 
 import pandas as pd
 import pytest
+from omegaconf import OmegaConf
+
 from grpokit.tasks.memalpha import data
 from grpokit.tasks.memalpha.reward import (
     MemoryServerError,
@@ -26,7 +28,6 @@ from grpokit.tasks.memalpha.reward import (
     score_answer,
 )
 from grpokit.tasks.memalpha.server import ServerSettings, create_app
-from omegaconf import OmegaConf
 
 REPO = Path(__file__).resolve().parents[2]
 NLU_DIR = Path("/work/shared/data/nlu")

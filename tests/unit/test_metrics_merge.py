@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+
 from grpokit.runtime.metrics import merge_attempts, read_jsonl, write_merged
 
 

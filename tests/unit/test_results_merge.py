@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from grpokit.results import merge_cmd
 from grpokit.results.merge_cmd import CheckpointError, choose_checkpoint, merge_run
 

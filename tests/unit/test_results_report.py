@@ -12,13 +12,14 @@ from pathlib import Path
 import matplotlib.image as mpimg
 import pandas as pd
 import pytest
+from PIL import Image
+from rich.console import Console
+
 from grpokit.results import report_table, status_table
 from grpokit.results.report_table import collect_report, write_tables
 from grpokit.results.slurm_state import SlurmJobState
 from grpokit.results.status_table import collect_rows, render_table
 from grpokit.results.sweep_folder import load_sweep
-from PIL import Image
-from rich.console import Console
 
 REPO = Path(__file__).resolve().parents[2]
 ACC = "val-core/openai/gsm8k/acc/mean@1"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+
 from grpokit.results import evaluation, vllm_serve
 from grpokit.runtime.ports import reserve_ports
 

@@ -8,6 +8,7 @@ import subprocess
 import time
 
 import pytest
+
 from grpokit.results import slurm_state
 from grpokit.results.slurm_state import (
     expand_array_ids,

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from grpokit.models import build_model, build_tokenizer, count_parameters, model_config, resolve_shape
-from grpokit.models.tiny import QWEN_SPECIAL_TOKENS, TOOL_MEMORY_TOOLS, iter_texts
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from verl.experimental.agent_loop.tool_parser import Qwen3XMLToolParser, ToolParser
 from verl.tools.schemas import OpenAIFunctionToolSchema
 from verl.utils.tokenizer.continuous_token import QwenContinuousTokenBuilder
+
+from grpokit.models import build_model, build_tokenizer, count_parameters, model_config, resolve_shape
+from grpokit.models.tiny import QWEN_SPECIAL_TOKENS, TOOL_MEMORY_TOOLS, iter_texts
 
 # A tool whose parameters have several JSON-schema types, so the parser's type conversion is exercised.
 LOOKUP_TOOL = {

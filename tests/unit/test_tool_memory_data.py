@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from grpokit.tasks.tool_memory import data
-from grpokit.tasks.tool_memory.tools import TOOL_CONFIG_PATH
 from omegaconf import OmegaConf
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 from verl.tools.tool_registry import initialize_tools_from_config
 from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
+
+from grpokit.tasks.tool_memory import data
+from grpokit.tasks.tool_memory.tools import TOOL_CONFIG_PATH
 
 pytestmark = pytest.mark.timeout(120)
 

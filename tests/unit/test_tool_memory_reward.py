@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from grpokit.tasks.tool_memory.reward import MAX_SCORE, compute_score, model_text
 from omegaconf import OmegaConf
 from verl.trainer.ppo.reward import get_custom_reward_fn
+
+from grpokit.tasks.tool_memory.reward import MAX_SCORE, compute_score, model_text
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -21,15 +21,6 @@ from typing import Any
 
 import pytest
 import verl
-from grpokit.tasks.tool_memory.data import build_rows
-from grpokit.tasks.tool_memory.reward import MAX_SCORE, compute_score
-from grpokit.tasks.tool_memory.tools import (
-    NOT_FOUND,
-    TOOL_CONFIG_PATH,
-    ReadMemoryTool,
-    SearchMemoryTool,
-    get_session,
-)
 from hydra import compose, initialize_config_dir
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
@@ -41,6 +32,16 @@ from verl.tools.schemas import ToolResponse
 from verl.tools.tool_registry import initialize_tools_from_config
 from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl.workers.rollout.replica import TokenOutput
+
+from grpokit.tasks.tool_memory.data import build_rows
+from grpokit.tasks.tool_memory.reward import MAX_SCORE, compute_score
+from grpokit.tasks.tool_memory.tools import (
+    NOT_FOUND,
+    TOOL_CONFIG_PATH,
+    ReadMemoryTool,
+    SearchMemoryTool,
+    get_session,
+)
 
 # Coroutine tests run on asyncio through anyio's pytest plugin (anyio comes with httpx).
 pytestmark = [pytest.mark.timeout(120), pytest.mark.anyio]

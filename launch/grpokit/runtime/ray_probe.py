@@ -38,8 +38,16 @@ def main() -> int:
         gpus = [n.get("Resources", {}).get("GPU", 0) for n in alive]
         if len(alive) >= args.nodes and all(g >= args.gpus_per_node for g in gpus):
             cpus = sum(n.get("Resources", {}).get("CPU", 0) for n in alive)
-            print(json.dumps({"nodes": len(alive), "cpus": cpus, "gpus": sum(gpus),
-                              "seconds": round(time.monotonic() - start, 2)}))
+            print(
+                json.dumps(
+                    {
+                        "nodes": len(alive),
+                        "cpus": cpus,
+                        "gpus": sum(gpus),
+                        "seconds": round(time.monotonic() - start, 2),
+                    }
+                )
+            )
             return 0
         if time.monotonic() > deadline:
             print(f"{len(alive)}/{args.nodes} nodes alive, GPUs per node {gpus}", file=sys.stderr)

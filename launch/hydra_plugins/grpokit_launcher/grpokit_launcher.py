@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from hydra.core.utils import JobReturn
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from hydra_plugins.grpokit_launcher._config import GrpokitLauncherConf  # noqa: F401  (registers the node)
 from omegaconf import DictConfig
+
+from hydra_plugins.grpokit_launcher._config import GrpokitLauncherConf  # noqa: F401  (registers the node)
 
 
 class GrpokitLauncher(Launcher):

@@ -56,7 +56,16 @@ def heatmap_frame(table: pd.DataFrame, x_key: str, y_key: str, value: str) -> pd
     for key in (x_key, y_key, value):
         if key not in table.columns:
             raise ValueError(f"heatmap: no column {key!r}; swept keys and metrics are {list(table.columns)}")
-    return table.pivot_table(index=y_key, columns=x_key, values=value, aggfunc="mean", dropna=False)
+    grid = table.pivot_table(index=y_key, columns=x_key, values=value, aggfunc="mean", dropna=False)
+    # Swept values come from the command line as text: order "8, 16" by number, not "16, 8".
+    return grid.loc[sorted(grid.index, key=_natural), sorted(grid.columns, key=_natural)]
+
+
+def _natural(value) -> tuple:
+    try:
+        return (0, float(value), "")
+    except (TypeError, ValueError):
+        return (1, 0.0, str(value))
 
 
 def plot_heatmap(report: SweepReport, path: Path, x_key: str, y_key: str, value: str | None = None) -> Path | None:

@@ -66,8 +66,9 @@ def save(ckpt: Path, step: int, world: int, crash_in_save: int | None) -> None:
 
 
 def metrics(step: int, cfg: dict[str, str], step_s: float, test: bool) -> dict[str, float]:
-    batch, n = num(cfg, "data.train_batch_size", 8), num(cfg, "actor_rollout_ref.rollout.n", 1)
-    resp = num(cfg, "data.max_response_length", 1024)
+    # a key the point leaves at verl's default is not on the command line: verl 0.9.1's defaults
+    batch, n = num(cfg, "data.train_batch_size", 1024), num(cfg, "actor_rollout_ref.rollout.n", 1)
+    resp = num(cfg, "data.max_response_length", 512)
     # A made-up learning curve that differs per point (more samples per prompt learn faster),
     # so that report plots and tables of a sweep show distinct points.
     reward = round(min(1.0, 0.3 + 0.004 * step * math.log2(2 * n) + 0.0005 * batch), 4)

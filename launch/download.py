@@ -62,6 +62,13 @@ def main() -> int:
     source = args.source or str(model.get("source", "modelscope"))
     try:
         fetch(str(model.hub_id), out, source)
+    except ImportError as exc:
+        print(
+            f"{exc.name} is not installed: pip install -e '.[train]' (or pip install {exc.name}), "
+            f"or use --source {'hf' if source == 'modelscope' else 'modelscope'}",
+            file=sys.stderr,
+        )
+        return 1
     except Exception as exc:
         print(
             f"could not fetch {model.hub_id} from {source}: {type(exc).__name__}: {exc}\n"

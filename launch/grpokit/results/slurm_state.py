@@ -78,7 +78,7 @@ class SlurmJobState:
 
 def parse_duration(text: str | None) -> float | None:
     """Slurm's ``[days-]hours:minutes:seconds`` (or ``MM:SS``) to seconds; None for blanks/INVALID."""
-    if not text or text in ("INVALID", "UNLIMITED", "N/A", "Unknown"):
+    if not text or text in ("INVALID", "UNLIMITED", "N/A", "Unknown", "NOT_SET"):
         return None
     days = 0
     if "-" in text:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from grpokit.config.point import PointSpec
+from grpokit.results.slurm_state import parse_duration
 from grpokit.runtime import control, environment, procs, ray_cluster, sidecars, trainer
 from grpokit.runtime.metrics import read_jsonl, write_merged
 from grpokit.runtime.ports import release_ports
@@ -66,14 +67,8 @@ def _slurm_time_left_s() -> float | None:
         out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%L"], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    text = out.stdout.strip().splitlines()[0].strip() if out.stdout.strip() else ""
-    if not text or text in ("INVALID", "UNLIMITED", "NOT_SET"):
-        return None
-    days, _, clock = text.rpartition("-")
-    parts = [int(p) for p in clock.split(":")]
-    while len(parts) < 3:
-        parts.insert(0, 0)
-    return (int(days or 0) * 24 + parts[0]) * 3600 + parts[1] * 60 + parts[2]
+    lines = out.stdout.split()
+    return parse_duration(lines[0]) if lines else None
 
 
 class Driver:

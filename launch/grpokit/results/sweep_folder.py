@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from grpokit.runtime.status import STATUS_FILE
+from grpokit.submit.manifest import MANIFEST
+
 log = logging.getLogger(__name__)
 
-MANIFEST = "manifest.json"
-STATUS = "status.json"
+STATUS = STATUS_FILE
 
 
 @dataclass

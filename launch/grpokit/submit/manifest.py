@@ -12,17 +12,20 @@ from grpokit.runtime.status import now, write_json_atomic
 MANIFEST = "manifest.json"
 
 
-def point_entry(spec: PointSpec, job_id: str | None = None) -> dict[str, Any]:
+def slurm_ids(job_id: str | None) -> dict[str, Any]:
+    """A manifest entry's Slurm fields from submitit's id ``ARRAY_TASK`` (all None when not submitted)."""
     array_job_id, _, task = (job_id or "").partition("_")
+    return {"job_id": job_id, "array_job_id": array_job_id or None, "array_task_id": int(task) if task else None}
+
+
+def point_entry(spec: PointSpec, job_id: str | None = None) -> dict[str, Any]:
     return {
         "index": spec.index,
         "name": spec.name,
         "overrides": spec.kit_overrides,
         "swept": spec.swept,
         "run_dir": spec.run_dir,
-        "job_id": job_id,
-        "array_job_id": array_job_id or None,
-        "array_task_id": int(task) if task else None,
+        **slurm_ids(job_id),
         "submitted": now() if job_id else None,
         "history": [],
     }

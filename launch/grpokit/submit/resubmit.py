@@ -17,7 +17,7 @@ from grpokit.results.summary import point_state
 from grpokit.results.sweep_folder import load_sweep
 from grpokit.runtime.status import now, write_json_atomic
 from grpokit.submit import slurm
-from grpokit.submit.manifest import MANIFEST, read_manifest
+from grpokit.submit.manifest import MANIFEST, read_manifest, slurm_ids
 from grpokit.submit.sweep import run_local
 from grpokit.submit.task import RunPointTask
 
@@ -63,9 +63,6 @@ def resubmit(sweep_dir: Path, states: tuple[str, ...] = DEFAULT_STATES, dry_run:
         entry.setdefault("history", []).append(
             {"job_id": entry.get("job_id"), "state": chosen[entry["index"]], "replaced": now()}
         )
-        array_job_id, _, task = (job_id or "").partition("_")
-        entry.update(
-            job_id=job_id, array_job_id=array_job_id or None, array_task_id=int(task) if task else None, submitted=now()
-        )
+        entry.update(**slurm_ids(job_id), submitted=now())
     write_json_atomic(sweep_dir / MANIFEST, manifest)
     return entries

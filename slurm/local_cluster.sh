@@ -19,6 +19,9 @@
 #   SLURM_LOCAL_TIMEOUT          seconds to wait for daemons / nodes             (default 120)
 #   SLURM_LOCAL_CRED_EXPIRE      AuthInfo cred_expire (s, >= 5); also the delay
 #                                before a requeued job may run again             (default 10)
+#   SLURM_LOCAL_MAX_ARRAY_SIZE   MaxArraySize: a job array's indices are 0..N-1 (default 64, a small
+#                                site's value, so tests can exceed it; a change needs a slurmctld
+#                                restart, `scontrol reconfigure` does not apply it)
 #   SLURM_LOCAL_KEEP_JOBS=1      `down` leaves jobs alone instead of cancelling them
 set -euo pipefail
 
@@ -29,6 +32,7 @@ MEM=${SLURM_LOCAL_MEM_PER_NODE:-8000}
 GRACE=${SLURM_LOCAL_GRACE_TIME:-20}
 TIMEOUT=${SLURM_LOCAL_TIMEOUT:-120}
 CRED_EXPIRE=${SLURM_LOCAL_CRED_EXPIRE:-10}
+MAX_ARRAY=${SLURM_LOCAL_MAX_ARRAY_SIZE:-64}
 
 CLUSTER=localcluster
 CTLD_PORT=6817
@@ -63,7 +67,7 @@ require_root() {
 
 validate_options() {
     local v
-    for v in NODES GPUS CPUS MEM GRACE TIMEOUT CRED_EXPIRE; do
+    for v in NODES GPUS CPUS MEM GRACE TIMEOUT CRED_EXPIRE MAX_ARRAY; do
         [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a non-negative integer, got '${!v}'"
     done
     ((NODES >= 1)) || die "SLURM_LOCAL_NODES must be >= 1"
@@ -179,7 +183,8 @@ JobRequeue=1
 KillWait=10
 # Finished jobs stay visible to 'scontrol show job' for an hour.
 MinJobAge=3600
-MaxArraySize=2001
+# Small on purpose (SLURM_LOCAL_MAX_ARRAY_SIZE): sweeps larger than this are split or refused.
+MaxArraySize=$MAX_ARRAY
 MaxJobCount=20000
 InactiveLimit=0
 Waittime=0

@@ -2,29 +2,40 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-MODEL  ?= qwen3_5_0_8b
+# tiny: the random-weight smoke model, built here (no hub, no download); qwen3_5_0_8b: the
+# reference run's model, fetched from ModelScope.
+MODEL  ?= tiny
 ARGS   ?=
 SHARED ?= ../shared
 
+comma := ,
+# A machine where nvidia-smi answers trains: it gets the training extra (verl[vllm], CUDA torch).
+HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
+# A downloaded model needs a hub client (the `hub` extra: modelscope); the smoke model does not.
+EXTRAS := dev$(if $(HAS_GPU),$(comma)train)$(if $(filter-out tiny,$(MODEL)),$(comma)hub)
+# The smoke model's point stops after 2 training steps and a checkpoint (on a machine without a
+# GPU the job runs every stage but training and ends in state skipped_no_gpu).
+RUN_ARGS_tiny := verl.trainer.total_training_steps=2 verl.trainer.save_freq=2
+
 .PHONY: install run test cluster lint
 
-# torch is pinned to the CPU build this kit's login nodes and CI use; training nodes install
-# `pip install -e '.[train]'`, which brings verl[vllm] with its CUDA torch.
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
+# Without a GPU torch is pinned to the CPU build this kit's login nodes and CI use; with one, the
+# training extra brings verl[vllm] with the CUDA torch vLLM pins.
 install: $(PY)
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev]'
+	$(if $(HAS_GPU),,$(PY) -m pip install -q torch==2.13.0)
+	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
 
-# Prepare real GSM8K (../shared/data/gsm8k if present, else the hub), fetch the model, run the
-# default sweep point on this machine (cluster=local; ARGS="cluster=slurm ..." to submit).
+# Prepare real GSM8K (../shared/data/gsm8k if present, else the hub), build or fetch the model,
+# run the default sweep point on this machine (cluster=local; ARGS="cluster=slurm ..." to submit).
 run: install
 	@if [ -d $(SHARED)/data/gsm8k ]; then src=$(SHARED)/data/gsm8k; else src=openai/gsm8k; fi; \
 	  $(PY) launch/prepare_data.py gsm8k --source $$src --out data/gsm8k
 	$(PY) launch/download.py model=$(MODEL)
-	$(PY) launch/sweep.py model=$(MODEL) $(ARGS)
+	$(PY) launch/sweep.py model=$(MODEL) $(RUN_ARGS_$(MODEL)) $(ARGS)
 
 cluster:
 	bash slurm/local_cluster.sh up

@@ -64,7 +64,7 @@ def main() -> int:
         fetch(str(model.hub_id), out, source)
     except ImportError as exc:
         print(
-            f"{exc.name} is not installed: pip install -e '.[train]' (or pip install {exc.name}), "
+            f"{exc.name} is not installed: pip install -e '.[hub]' (or make run MODEL=<model>, which installs it), "
             f"or use --source {'hf' if source == 'modelscope' else 'modelscope'}",
             file=sys.stderr,
         )

@@ -25,7 +25,7 @@ def _score(solution: str, tool_rewards=None, **kwargs) -> dict[str, float]:
 
 def test_full_rollout_scores_max() -> None:
     result = _score(TOOL_TURN + "FINAL: chamomile", [0.25, 0.75])
-    assert result == {"score": 2.25, "tool_reward": 1.0, "answer_reward": 1.0, "format_reward": 0.25}
+    assert result == {"score": 2.25, "tool_reward": 1.0, "answer_reward": 1.0, "format_reward": 0.25, "tool_calls": 2.0}
     assert MAX_SCORE == 2.25
 
 
@@ -45,6 +45,7 @@ def test_parts(solution: str, tool_rewards, expected: tuple[float, float, float]
     result = _score(solution, tool_rewards)
     assert (result["tool_reward"], result["answer_reward"], result["format_reward"]) == expected
     assert result["score"] == pytest.approx(sum(expected))
+    assert result["tool_calls"] == (0 if tool_rewards is None else len(tool_rewards))  # a count, not scored
 
 
 def test_answer_inside_a_tool_response_is_not_the_models_answer() -> None:
@@ -94,4 +95,4 @@ def test_verl_loads_it_by_package_path_with_reward_kwargs() -> None:
         ground_truth=GROUND_TRUTH,
         extra_info={"tool_rewards": [0.25, 0.75], "num_turns": 6},
     )
-    assert result == {"score": 2.25, "tool_reward": 1.0, "answer_reward": 1.0, "format_reward": 0.25}
+    assert result == {"score": 2.25, "tool_reward": 1.0, "answer_reward": 1.0, "format_reward": 0.25, "tool_calls": 2.0}

@@ -378,5 +378,11 @@ async def test_tool_agent_loop_rollout_scores_max(
         row["reward_model"]["ground_truth"],
         {**extra_info, **output.extra_fields, "num_turns": output.num_turns},
     )
-    assert score == {"score": MAX_SCORE, "tool_reward": 1.0, "answer_reward": 1.0, "format_reward": 0.25}
+    assert score == {
+        "score": MAX_SCORE,
+        "tool_reward": 1.0,
+        "answer_reward": 1.0,
+        "format_reward": 0.25,
+        "tool_calls": 2.0,
+    }
     assert MAX_SCORE == 2.25

@@ -6,6 +6,7 @@ Formula (the reference account's ``reward.py``; issue 6):
     answer_reward = 1.0 if the target answer appears in the model's text (case-insensitive) else 0.0
     format_reward = 0.25 if "FINAL:" appears in the model's text else 0.0
     score         = tool_reward + answer_reward + format_reward
+    tool_calls    = len(extra_info["tool_rewards"])                 # not a reward: a count for the metrics
 
 ``extra_info["tool_rewards"]`` is the list of per-call tool rewards that verl's ``ToolAgentLoop``
 puts in the rollout's ``extra_fields``; the reward loop's manager (``naive``) merges those into
@@ -58,13 +59,13 @@ def _target_answer(ground_truth: Any) -> str:
     )
 
 
-def _tool_reward_sum(extra_info: Mapping[str, Any] | None) -> float:
+def _tool_rewards(extra_info: Mapping[str, Any] | None) -> list[float]:
     rewards = (extra_info or {}).get("tool_rewards")
     if rewards is None:
-        return 0.0
+        return []
     if not isinstance(rewards, Iterable):
         raise ValueError(f"extra_info['tool_rewards'] must be a list of floats, got {rewards!r}")
-    return float(sum(float(r) for r in rewards if r is not None))
+    return [float(r) for r in rewards if r is not None]
 
 
 def compute_score(
@@ -88,8 +89,11 @@ def compute_score(
             "response" in the whole ``solution_str``.
 
     Returns:
-        ``{"score", "tool_reward", "answer_reward", "format_reward"}`` (floats; score in [0, 2.25]).
-        verl logs every key as its own metric.
+        ``{"score", "tool_reward", "answer_reward", "format_reward", "tool_calls"}`` (floats; score
+        in [0, 2.25]). ``tool_calls`` is the number of tool calls the rollout executed (one
+        ``tool_rewards`` entry each), not part of the score. verl logs every key as its own metric
+        (validation: ``val-aux/<data_source>/<key>/mean@N``); verl 0.9.1 has no tool-call count of
+        its own.
 
     Raises:
         ValueError: malformed ``ground_truth``, ``tool_rewards`` or ``answer_scope``.
@@ -98,7 +102,8 @@ def compute_score(
         raise ValueError(f"answer_scope={answer_scope!r} must be 'model' or 'response' (reward_kwargs.answer_scope)")
     text = model_text(solution_str) if answer_scope == "model" else solution_str
     target = _target_answer(ground_truth).strip().lower()
-    tool_reward = min(_tool_reward_sum(extra_info), MAX_TOOL_REWARD)
+    tool_rewards = _tool_rewards(extra_info)
+    tool_reward = min(sum(tool_rewards), MAX_TOOL_REWARD)
     answer_reward = ANSWER_REWARD if target and target in text.lower() else 0.0
     format_reward = FORMAT_REWARD if FINAL_MARKER in text else 0.0
     return {
@@ -106,4 +111,5 @@ def compute_score(
         "tool_reward": tool_reward,
         "answer_reward": answer_reward,
         "format_reward": format_reward,
+        "tool_calls": float(len(tool_rewards)),
     }

@@ -26,6 +26,8 @@ the scorer reads a boxed or bare label and a chatty answer would score 0.
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
 import logging
 import random
@@ -36,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from grpokit.tasks.prepared import DataError, RowProblems, staged_output
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +143,24 @@ def verl_row(source_row: Mapping[str, Any], split: str, index: int, qa_per_row: 
     }
 
 
+CHUNKS_FIX = 'a JSON list of text chunks, e.g. ["Sentence: ...\\nLabel: 3\\n\\n..."]'
+
+
+def chunks_fault(source_row: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """``(field, what, fix)`` when a Mem-α row's ``chunks`` cannot be read, else None."""
+    if "chunks" not in source_row:
+        return "chunks", "missing", f"add the column: {CHUNKS_FIX}"
+    value = source_row["chunks"]
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            return "chunks", f"not valid JSON ({exc.msg} at column {exc.colno})", CHUNKS_FIX
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+        return "chunks", f"a {type(value).__name__}, not a list", CHUNKS_FIX
+    return None
+
+
 def convert_rows(
     source_rows: Iterable[Mapping[str, Any]],
     split: str,
@@ -146,12 +168,26 @@ def convert_rows(
     num_rows: int | None,
     qa_per_row: int,
     chunk_chars: int,
+    origin: str | None = None,
+    problems: RowProblems | None = None,
 ) -> list[dict]:
-    """verl rows from the NLU rows (``data_source`` starting ``icl_nlu``) of ``source_rows``."""
+    """verl rows from the NLU rows (``data_source`` starting ``icl_nlu``) of ``source_rows``.
+
+    A row whose ``chunks`` cannot be read is named ``<origin> row <n>`` (n from 1) with the fix in
+    ``problems`` and left out; without ``problems`` the first one raises a
+    :class:`~grpokit.tasks.prepared.DataError`.
+    """
     out: list[dict] = []
     skipped = 0
-    for row in source_rows:
+    for number, row in enumerate(source_rows, start=1):
         if not str(row.get("data_source", "")).startswith(NLU_SOURCE_PREFIX):
+            continue
+        fault = chunks_fault(row)
+        if fault is not None:
+            where = f"{origin or split} row {number}"
+            if problems is None:
+                raise DataError([f"{where}: field {fault[0]!r}: {fault[1]}; fix: {fault[2]}"])
+            problems.add(where, *fault)
             continue
         converted = verl_row(row, split, len(out), qa_per_row, chunk_chars)
         if converted is None:
@@ -178,28 +214,85 @@ def resolve_nlu_dir(path: str | Path) -> Path | None:
     return None
 
 
-def load_nlu_split(nlu_dir: Path, split: str) -> list[tuple[str, str]]:
-    """``(sentence, label name)`` pairs of one split (``trainset``/``testset``), files sorted.
+NLU_COLUMNS = ("scenario", "intent", "answer_from_anno")
 
-    Sentence is ``answer_from_anno``; label is ``scenario_intent``. Raises ``FileNotFoundError``
-    when the split folder has no CSV, ``KeyError`` naming a missing column.
-    """
+
+def nlu_split_files(nlu_dir: Path, split: str) -> list[Path]:
+    """The CSV files of one NLU split (``trainset``/``testset``), sorted; FileNotFoundError when none."""
     folder = nlu_dir / split
     if (folder / "csv").is_dir():  # upstream's testset keeps its CSVs one level down
         folder = folder / "csv"
     files = sorted(folder.glob("*.csv"))
     if not files:
         raise FileNotFoundError(f"no NLU CSV files in {folder}; expected NLU-Evaluation-Data's {split}/*.csv")
+    return files
+
+
+def _read_nlu_csv(path: Path, problems: RowProblems) -> list[tuple[str, str]]:
+    """``(sentence, label name)`` of one ``;``-separated NLU CSV; each bad row goes to ``problems``."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raw = path.read_bytes()
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        problems.add(
+            f"{path}:{line}", "", f"not UTF-8 (byte 0x{raw[exc.start]:02x} at column {column})", "save as UTF-8"
+        )
+        return []
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=";")
+    header = next(reader, None)
+    if not header:
+        problems.add(
+            str(path), "", "no rows (the file is empty)", f"a header line with {', '.join(NLU_COLUMNS)}, then rows"
+        )
+        return []
+    missing = [c for c in NLU_COLUMNS if c not in header]
+    if missing:
+        problems.add(
+            f"{path}:1", "", f"header lacks columns {missing}", "use NLU-Evaluation-Data's ';'-separated CSV header"
+        )
+        return []
+    at = {c: header.index(c) for c in NLU_COLUMNS}
     pairs: list[tuple[str, str]] = []
-    for f in files:
-        df = pd.read_csv(f, sep=";", dtype=str, keep_default_na=False)
-        missing = {"scenario", "intent", "answer_from_anno"} - set(df.columns)
-        if missing:
-            raise KeyError(f"{f} lacks columns {sorted(missing)}; is it an NLU-Evaluation-Data CSV?")
-        for scenario, intent, sentence in zip(df["scenario"], df["intent"], df["answer_from_anno"], strict=True):
-            sentence = " ".join(sentence.split())
-            if sentence:
-                pairs.append((sentence, f"{scenario}_{intent}"))
+    bad = 0
+    for fields in reader:
+        where = f"{path}:{reader.line_num}"
+        if not any(f.strip() for f in fields):
+            continue
+        if len(fields) != len(header):
+            problems.add(
+                where, "", f"{len(fields)} fields, the header has {len(header)}", "one ';'-separated value per column"
+            )
+            bad += 1
+            continue
+        values = {c: fields[i].strip() for c, i in at.items()}
+        empty = [c for c in NLU_COLUMNS if not values[c]]
+        if empty:
+            problems.add(where, empty[0], "empty", f"give the row's {empty[0]} (or delete the row)")
+            bad += 1
+            continue
+        pairs.append((" ".join(values["answer_from_anno"].split()), f"{values['scenario']}_{values['intent']}"))
+    if not pairs and not bad:
+        problems.add(str(path), "", "no rows below the header", "add rows or remove the file")
+    return pairs
+
+
+def load_nlu_split(nlu_dir: Path, split: str, problems: RowProblems | None = None) -> list[tuple[str, str]]:
+    """``(sentence, label name)`` pairs of one split (``trainset``/``testset``), files sorted.
+
+    Sentence is ``answer_from_anno``; label is ``scenario_intent``. Raises ``FileNotFoundError``
+    when the split folder has no CSV. Every bad row (not UTF-8, a field count unlike the header's,
+    an empty scenario/intent/sentence) and a file without rows go to ``problems``; without
+    ``problems`` they raise one :class:`~grpokit.tasks.prepared.DataError` here.
+    """
+    own = problems is None
+    problems = problems if problems is not None else RowProblems()
+    pairs: list[tuple[str, str]] = []
+    for f in nlu_split_files(nlu_dir, split):
+        pairs.extend(_read_nlu_csv(f, problems))
+    if own:
+        problems.raise_if_any()
     return pairs
 
 
@@ -323,15 +416,34 @@ def load_hub_split(hub_id: str, split: str) -> pd.DataFrame:
             ) from hf_error
 
 
-def load_memalpha_splits(source: str, *, seed: int, num_rows: Mapping[str, int | None]) -> dict[str, pd.DataFrame]:
-    """Mem-α-format frames for ``train`` and ``test`` from ``source`` (see module doc)."""
+def load_memalpha_splits(
+    source: str, *, seed: int, num_rows: Mapping[str, int | None], problems: RowProblems | None = None
+) -> dict[str, pd.DataFrame]:
+    """Mem-α-format frames for ``train`` and ``test`` from ``source`` (see module doc).
+
+    Bad NLU CSV rows go to ``problems`` (without it: one DataError here)."""
+    own = problems is None
+    problems = problems if problems is not None else RowProblems()
+    frames = _load_sources(source, seed=seed, num_rows=num_rows, problems=problems)[0]
+    if own:
+        problems.raise_if_any()
+    return frames
+
+
+def _load_sources(
+    source: str, *, seed: int, num_rows: Mapping[str, int | None], problems: RowProblems
+) -> tuple[dict[str, pd.DataFrame], dict[str, str], list[Path]]:
+    """(frames, the name of each split's origin for row messages, the local files read)."""
     nlu_path = source[len("nlu:") :] if source.startswith("nlu:") else source
     nlu_dir = resolve_nlu_dir(nlu_path) if Path(nlu_path).is_dir() else None
     if source.startswith("nlu:") and nlu_dir is None:
         raise FileNotFoundError(f"--source {source}: no trainset/*.csv under {nlu_path} or {nlu_path}/kfold1")
     if nlu_dir is not None:
-        train_pool = load_nlu_split(nlu_dir, "trainset")
-        test_pool = load_nlu_split(nlu_dir, "testset")
+        train_pool = load_nlu_split(nlu_dir, "trainset", problems)
+        test_pool = load_nlu_split(nlu_dir, "testset", problems)
+        files = nlu_split_files(nlu_dir, "trainset") + nlu_split_files(nlu_dir, "testset")
+        if problems.items:
+            return {}, {}, files
         label_ids = label_permutation([label for _, label in train_pool + test_pool], seed)
         log.info(
             "NLU data %s: %d train, %d test examples, %d labels",
@@ -341,7 +453,7 @@ def load_memalpha_splits(source: str, *, seed: int, num_rows: Mapping[str, int |
             len(label_ids),
         )
         # Demonstrations always come from trainset; test rows ask about testset sentences.
-        return {
+        frames = {
             "train": build_memalpha_nlu_rows(
                 train_pool, train_pool, label_ids, num_rows=num_rows["train"] or 64, seed=seed, split="train"
             ),
@@ -349,16 +461,22 @@ def load_memalpha_splits(source: str, *, seed: int, num_rows: Mapping[str, int |
                 train_pool, test_pool, label_ids, num_rows=num_rows["test"] or 16, seed=seed, split="test"
             ),
         }
+        return frames, {"train": "NLU build train", "test": "NLU build test"}, files
     folder = Path(source)
     if folder.is_dir():
-        frames = {}
+        frames, origins, files = {}, {}, []
         for split in ("train", "test"):
             path = _local_parquet(folder, split)
             if path is None:
                 raise FileNotFoundError(f"--source {source}: no {split}.parquet in it or in its data/memalpha/")
             frames[split] = pd.read_parquet(path)
-        return frames
-    return {split: load_hub_split(source, split) for split in ("train", "test")}
+            origins[split] = str(path)
+            files.append(path)
+            if frames[split].empty:
+                problems.add(str(path), "", "no rows", "pass Mem-α rows (instance_id, chunks, data_source, ...)")
+        return frames, origins, files
+    frames = {split: load_hub_split(source, split) for split in ("train", "test")}
+    return frames, {split: f"{source} split {split}" for split in frames}, []
 
 
 # ---- command line ----------------------------------------------------------------------------
@@ -381,31 +499,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> None:
-    """Write ``args.out/{train,test}.parquet`` (and the Mem-α-format source of an NLU build
-    under ``args.out/memalpha_source/``). Raises ``ValueError`` when a split ends up empty."""
-    for name in ("qa_per_row", "chunk_chars"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    """Write ``args.out/{train,test}.parquet`` and ``manifest.json`` (and the Mem-α-format source of
+    an NLU build under ``args.out/memalpha_source/``), all or nothing.
+
+    Raises ValueError for a setting below 1, :class:`~grpokit.tasks.prepared.DataError` naming every
+    bad input row or a split that ends up empty, FileNotFoundError for a missing source."""
+    for name in ("qa_per_row", "chunk_chars", "num_train", "num_test"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
     num_rows = {"train": args.num_train, "test": args.num_test}
-    frames = load_memalpha_splits(str(args.source), seed=args.seed, num_rows=num_rows)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    if str(args.source).startswith("nlu:") or resolve_nlu_dir(str(args.source)) is not None:
-        (out / "memalpha_source").mkdir(exist_ok=True)
-        for split, frame in frames.items():
-            frame.to_parquet(out / "memalpha_source" / f"{split}.parquet", index=False)
-    for split, frame in frames.items():
-        rows = convert_rows(
+    problems = RowProblems()
+    frames, origins, files = _load_sources(str(args.source), seed=args.seed, num_rows=num_rows, problems=problems)
+    problems.raise_if_any()
+    converted = {
+        split: convert_rows(
             frame.to_dict("records"),
             split,
             num_rows=num_rows[split],
             qa_per_row=args.qa_per_row,
             chunk_chars=args.chunk_chars,
+            origin=origins[split],
+            problems=problems,
         )
+        for split, frame in frames.items()
+    }
+    problems.raise_if_any()
+    for split, rows in converted.items():
         if not rows:
-            raise ValueError(
-                f"--source {args.source}: no {split} rows with data_source starting {NLU_SOURCE_PREFIX!r} "
-                "and Sentence/Label examples in their first chunk"
+            problems.add(
+                origins[split],
+                "data_source",
+                f"no {split} row with data_source starting {NLU_SOURCE_PREFIX!r} and a Sentence/Label example "
+                "in its first chunk",
+                "pass Mem-α's NLU rows",
             )
-        pd.DataFrame(rows).to_parquet(out / f"{split}.parquet", index=False)
-        log.info("wrote %d %s rows to %s", len(rows), split, out / f"{split}.parquet")
+    problems.raise_if_any()
+    nlu = str(args.source).startswith("nlu:") or resolve_nlu_dir(str(args.source)) is not None
+    options = {k: getattr(args, k) for k in ("num_train", "num_test", "seed", "qa_per_row", "chunk_chars")}
+    with staged_output(
+        Path(args.out), task="memalpha", source=str(args.source), source_files=files, options=options
+    ) as tmp:
+        if nlu:
+            (tmp / "memalpha_source").mkdir()
+            for split, frame in frames.items():
+                frame.to_parquet(tmp / "memalpha_source" / f"{split}.parquet", index=False)
+        for split, rows in converted.items():
+            pd.DataFrame(rows).to_parquet(tmp / f"{split}.parquet", index=False)
+    for split, rows in converted.items():
+        log.info("wrote %d %s rows to %s", len(rows), split, Path(args.out) / f"{split}.parquet")

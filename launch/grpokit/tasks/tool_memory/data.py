@@ -37,6 +37,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from grpokit.tasks.prepared import staged_output
+
 log = logging.getLogger(__name__)
 
 DATA_SOURCE = "grpokit/tool_memory"
@@ -352,9 +354,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> None:
-    """Write ``<args.out>/train.parquet`` and ``<args.out>/test.parquet``."""
+    """Write ``<args.out>/train.parquet``, ``test.parquet`` and ``manifest.json``, all or nothing.
+
+    Raises ValueError when ``--num-train`` or ``--num-test`` is below 1 (an empty split)."""
+    for name in ("num_train", "num_test"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1 (an empty split), got {getattr(args, name)}")
     out = Path(args.out)
+    options = {"num_train": args.num_train, "num_test": args.num_test, "seed": args.seed}
+    with staged_output(
+        out, task="tool_memory", source="generated (grpokit.tasks.tool_memory.data)", options=options
+    ) as tmp:
+        for split, num in (("train", args.num_train), ("test", args.num_test)):
+            write_parquet(build_rows(num, args.seed, split), tmp / f"{split}.parquet")
     for split, num in (("train", args.num_train), ("test", args.num_test)):
-        path = out / f"{split}.parquet"
-        write_parquet(build_rows(num, args.seed, split), path)
-        log.info("wrote %d %s rows to %s", num, split, path)
+        log.info("wrote %d %s rows to %s", num, split, out / f"{split}.parquet")

@@ -20,6 +20,7 @@ from grpokit.results.summary import (
     SCORE_KEY,
     gpu_hours,
     metrics_summary,
+    point_reason,
     point_state,
     val_acc_keys,
 )
@@ -47,7 +48,8 @@ def collect_report(sweep: Sweep, ask_slurm: bool = True, now: datetime | None = 
     :func:`grpokit.results.summary.metrics_summary`'s keys (``last_step``, ``final_reward_mean``,
     ``final_acc:<src>``, ``best_acc:<src>``, ``best_acc_step:<src>``, ``final_response_length``,
     ``final_clip_ratio``, ``mean_step_s``, ``mean_<part>_s``, ``tokens_per_s``,
-    ``throughput_per_gpu``), then ``gpu_hours``, ``job_id``, ``run_dir``.
+    ``throughput_per_gpu``), then ``gpu_hours`` (attempts that held GPUs for training only), ``reason``
+    (:func:`grpokit.results.summary.point_reason`), ``job_id``, ``run_dir``.
     ask_slurm=False skips the Slurm client commands (state then comes from status.json only).
     """
     states = job_states([p.job_id for p in sweep.points if p.job_id]) if ask_slurm else {}
@@ -58,10 +60,11 @@ def collect_report(sweep: Sweep, ask_slurm: bool = True, now: datetime | None = 
         df = merge_attempts(p.run_dir)
         row: dict = {"index": p.index, "name": p.name}
         row.update({k: p.swept.get(k) for k in sweep.swept_keys})
-        row["state"] = point_state(p, slurm)
+        row["state"] = state = point_state(p, slurm)
         row["attempts"] = len(p.attempts)
         row.update(metrics_summary(df))
         row["gpu_hours"] = gpu_hours(p, slurm, now)
+        row["reason"] = point_reason(p, slurm, state)
         row["job_id"] = p.job_id
         row["run_dir"] = str(p.run_dir)
         rows.append(row)

@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from grpokit.results.slurm_state import SlurmJobState, job_states
-from grpokit.results.summary import last_reward, point_state, val_acc_keys
+from grpokit.results.summary import last_reward, point_reason, point_state, val_acc_keys
 from grpokit.results.sweep_folder import Point, Sweep, attempt_elapsed_s
 from grpokit.runtime.metrics import merge_attempts
 
@@ -30,7 +30,7 @@ STATE_STYLE = {
     "preempted": "magenta",
     "timeout": "red",
     "cancelled": "dim",
-    "skipped": "dim",
+    "skipped_no_gpu": "yellow",
     "not submitted": "dim",
     "unknown": "dim",
 }
@@ -39,7 +39,8 @@ STATE_STYLE = {
 @dataclass
 class StatusRow:
     """One point's line. Steps are verl global steps; elapsed_s sums all attempts (seconds);
-    val_acc is the last ``val-core/<src>/acc/mean@1`` of the first data source (NaN when none)."""
+    val_acc is the last ``val-core/<src>/acc/mean@1`` of the first data source (NaN when none);
+    reason: one line saying why the point is in its state (:func:`grpokit.results.summary.point_reason`)."""
 
     index: int
     name: str
@@ -80,20 +81,20 @@ def status_row(point: Point, slurm: SlurmJobState | None, now: datetime | None =
         elapsed = sum(attempt_elapsed_s(a, now) or 0.0 for a in attempts)
     elif slurm is not None and slurm.elapsed_s:
         elapsed = slurm.elapsed_s
-    reason = status.get("reason") or (slurm.reason if slurm else None)
+    state = point_state(point, slurm)
     return StatusRow(
         index=point.index,
         name=point.name,
         swept=point.swept,
         job_id=point.job_id,
-        state=point_state(point, slurm),
+        state=state,
         attempts=len(attempts),
         step=max(steps) if steps else None,
         target_step=status.get("target_step"),
         last_reward=last_reward(df),
         val_acc=val_acc,
         elapsed_s=elapsed,
-        reason=reason,
+        reason=point_reason(point, slurm, state),
     )
 
 
@@ -101,6 +102,28 @@ def collect_rows(sweep: Sweep, now: datetime | None = None) -> list[StatusRow]:
     """Rows for every point; Slurm is asked once for all job ids."""
     states = job_states([p.job_id for p in sweep.points if p.job_id])
     return [status_row(p, states.get(p.job_id) if p.job_id else None, now) for p in sweep.points]
+
+
+def row_json(row: StatusRow) -> dict:
+    """A row as plain JSON values (NaN -> None): the objects ``status.py --json`` prints."""
+
+    def clean(v):
+        return None if isinstance(v, float) and math.isnan(v) else v
+
+    return {
+        "index": row.index,
+        "name": row.name,
+        "swept": row.swept,
+        "job_id": row.job_id,
+        "state": row.state,
+        "reason": row.reason,
+        "attempts": row.attempts,
+        "step": row.step,
+        "target_step": row.target_step,
+        "last_reward": clean(row.last_reward),
+        "val_acc": clean(row.val_acc),
+        "elapsed_s": clean(row.elapsed_s),
+    }
 
 
 def format_duration(seconds: float | None) -> str:
@@ -120,7 +143,7 @@ def _num(v: float, fmt: str = "{:.3f}") -> str:
 
 def render_table(sweep: Sweep, rows: list[StatusRow]) -> Table:
     """A rich Table: #, name, swept values, job, state, attempts, step/target, progress bar,
-    last reward, val acc, elapsed."""
+    last reward, val acc, elapsed, reason (its first line, cut to the column)."""
     table = Table(title=f"sweep {sweep.name} ({len(rows)} points)", expand=False)
     table.add_column("#", justify="right")
     table.add_column("point")
@@ -133,6 +156,7 @@ def render_table(sweep: Sweep, rows: list[StatusRow]) -> Table:
     table.add_column("reward", justify="right")
     table.add_column("val acc", justify="right")
     table.add_column("elapsed", justify="right")
+    table.add_column("reason", max_width=60, overflow="ellipsis", no_wrap=True)
     for r in rows:
         table.add_row(
             str(r.index),
@@ -146,5 +170,6 @@ def render_table(sweep: Sweep, rows: list[StatusRow]) -> Table:
             _num(r.last_reward),
             _num(r.val_acc),
             format_duration(r.elapsed_s),
+            r.reason or "",
         )
     return table

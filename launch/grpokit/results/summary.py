@@ -18,6 +18,7 @@ import pandas as pd
 
 from grpokit.results.slurm_state import SlurmJobState
 from grpokit.results.sweep_folder import Point, attempt_elapsed_s
+from grpokit.runtime.status import FINAL_STATES
 
 log = logging.getLogger(__name__)
 
@@ -32,19 +33,21 @@ THROUGHPUT_KEY = "perf/throughput"
 TIMING_PARTS = ("gen", "old_log_prob", "ref", "update_actor", "testing", "save_checkpoint")
 VAL_ACC_RE = re.compile(r"^val-core/(.+)/acc/mean@1$")
 
-# status.json "state" / attempts[].ended_by -> the status word shown.
+# status.json "state" -> the status word shown when Slurm has no answer (or the job's own record wins).
 _STATUS_WORD = {
     "pending": "queued",
     "requeued": "queued",
     "running": "running",
     "completed": "completed",
     "cancelled": "cancelled",
-    "skipped_no_gpu": "skipped",
+    "skipped_no_gpu": "skipped_no_gpu",
     "failed": "failed",
     "timeout": "timeout",
     "preempted": "preempted",
     "sidecar_failed": "failed",
 }
+# A failed attempt that ended this way is shown by how it ended.
+_ENDED_BY_WORD = ("timeout", "preempted", "cancelled")
 
 
 def val_acc_keys(columns) -> list[str]:
@@ -52,31 +55,85 @@ def val_acc_keys(columns) -> list[str]:
     return sorted(c for c in columns if VAL_ACC_RE.match(str(c)))
 
 
+def status_is_this_jobs(point: Point) -> bool:
+    """Whether the point's status.json was written by the job the manifest names (a resubmitted point
+    whose new job has not started yet still holds the old job's status). True when either side has
+    no Slurm id (a local run, a job that has not written one)."""
+    recorded = ((point.status or {}).get("slurm") or {}) if point.status else {}
+    if not point.job_id or not recorded.get("job_id"):
+        return True
+    ids = {str(recorded["job_id"])}
+    if recorded.get("array_job_id") and recorded.get("array_task_id") is not None:
+        ids.add(f"{recorded['array_job_id']}_{recorded['array_task_id']}")
+    return point.job_id in ids
+
+
+def _own_final_word(point: Point) -> str | None:
+    """The state the job recorded for itself when it is final and this job's, else None."""
+    status = point.status or {}
+    attempts = point.attempts
+    state = status.get("state")
+    if state not in FINAL_STATES or not attempts or not attempts[-1].get("end") or not status_is_this_jobs(point):
+        return None
+    ended_by = attempts[-1].get("ended_by")
+    if state == "failed" and ended_by in _ENDED_BY_WORD:
+        return ended_by
+    return _STATUS_WORD.get(state, state)
+
+
 def point_state(point: Point, slurm: SlurmJobState | None) -> str:
-    """queued | running | completed | failed | preempted | timeout | cancelled | skipped |
+    """queued | running | completed | failed | preempted | timeout | cancelled | skipped_no_gpu |
     not submitted | unknown.
 
-    A live Slurm state (queued/running) wins: status.json lags behind the scheduler. For a finished
-    job, the driver's ``ended_by`` wins when it is more specific than Slurm's COMPLETED/FAILED (the
-    driver catches the timeout/preemption signal and exits by itself). Without Slurm's answer (job
-    aged out, no accounting) status.json decides.
+    A live Slurm state (queued/running) wins: status.json lags behind the scheduler. Once Slurm says
+    the job ended, the state the job recorded for itself (a final ``state`` in status.json, its last
+    attempt closed, written by this job) wins over Slurm's word: a job that ran every stage but
+    training exits 0 (Slurm's COMPLETED) and is ``skipped_no_gpu``; one that failed its point and
+    exited by itself is ``failed``. An attempt stopped by the warning signal that recorded no final
+    state is shown by how it ended (``timeout``/``preempted``). Slurm's COMPLETED for a job that
+    recorded no outcome at all is ``unknown`` (see :func:`point_reason`). Without Slurm's answer
+    (job aged out, no accounting, a local run) status.json decides.
     """
     status = point.status or {}
     attempts = point.attempts
     ended_by = attempts[-1].get("ended_by") if attempts else None
+    own = _own_final_word(point)
     if slurm is not None and slurm.kit_state != "unknown":
         word = slurm.kit_state
-        if word in ("completed", "failed") and ended_by in ("timeout", "preempted"):
+        if word in ("queued", "running"):
+            return word
+        if own is not None:
+            return own
+        if ended_by in ("timeout", "preempted") and status_is_this_jobs(point):
             return ended_by
-        if word == "completed" and status.get("state") in ("failed", "cancelled"):
-            return status["state"]  # the driver failed the point and exited by itself
+        if word == "completed":
+            return "unknown"  # Slurm's exit 0, but the job wrote no outcome: nothing says it trained
         return word
+    if own is not None:
+        return own
     state = status.get("state")
-    if state == "failed" and ended_by in ("timeout", "preempted", "cancelled"):
-        return ended_by
+    if state == "requeued" and not point.job_id and ended_by in ("timeout", "preempted"):
+        return ended_by  # a local run stopped with a checkpoint: nothing requeues it but a re-run
     if state in _STATUS_WORD:
         return _STATUS_WORD[state]
     return "unknown" if point.job_id else "not submitted"
+
+
+def point_reason(point: Point, slurm: SlurmJobState | None, state: str | None = None) -> str | None:
+    """Why the point is in its state, one line: the first line of status.json's ``reason`` (this
+    job's), else Slurm's reason (a pending job's ``Priority``/``Resources``, an exit reason), else
+    for ``unknown`` what is missing. None when nothing says."""
+    state = state or point_state(point, slurm)
+    status = point.status or {}
+    own = str(status.get("reason") or "").strip() if status_is_this_jobs(point) else ""
+    if own:
+        return own.splitlines()[0]
+    if slurm is not None and slurm.reason:
+        return f"Slurm: {slurm.reason}"
+    if state == "unknown" and slurm is not None:
+        recorded = status.get("state") or "nothing (no status.json)"
+        return f"Slurm says {slurm.state}, but the job recorded {recorded}; see the run folder's attempts/*/driver.log"
+    return None
 
 
 def _values(df: pd.DataFrame, key: str) -> np.ndarray:
@@ -144,8 +201,20 @@ def metrics_summary(df: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+def held_gpus_for_training(attempt: dict) -> bool:
+    """Whether an attempt held its GPUs for training: not ``skipped_no_gpu``, and when the driver
+    recorded its timings (every closed attempt does), the trainer was launched
+    (``timings.trainer_launched_s``). A running attempt and one closed without timings (killed,
+    e.g. by SIGKILL) count."""
+    if attempt.get("ended_by") == "skipped_no_gpu":
+        return False
+    timings = attempt.get("timings")
+    return not isinstance(timings, dict) or "trainer_launched_s" in timings
+
+
 def gpu_hours(point: Point, slurm: SlurmJobState | None = None, now: datetime | None = None) -> float:
-    """Sum over attempts of elapsed seconds x GPUs / 3600.
+    """Sum over the attempts that held GPUs for training (:func:`held_gpus_for_training`) of elapsed
+    seconds x GPUs / 3600.
 
     Elapsed per attempt comes from status.json (the driver records Slurm's times); for a running
     last attempt without ``elapsed_s``, Slurm's run time is used when known, else now - start.
@@ -157,6 +226,8 @@ def gpu_hours(point: Point, slurm: SlurmJobState | None = None, now: datetime | 
         return math.nan if gpus is None else 0.0
     total = 0.0
     for i, att in enumerate(attempts):
+        if not held_gpus_for_training(att):
+            continue
         running = i == len(attempts) - 1 and att.get("end") is None and att.get("elapsed_s") is None
         if running and slurm is not None and slurm.elapsed_s is not None and slurm.kit_state == "running":
             total += slurm.elapsed_s

@@ -10,7 +10,13 @@ verl cannot train without a CUDA GPU, so the kit's CPU tests run this instead (t
   write; saves at ``step % save_freq == 0`` and at the last step;
 - ``resume_mode=auto``: reads the tracker and continues at N + 1;
 - metrics: verl's file logger (``$VERL_FILE_LOGGER_PATH``, opened with mode "wb", one line
-  ``{"step": N, "data": {...}}`` per step, verl's metric names) and TensorBoard (``$TENSORBOARD_DIR``);
+  ``{"step": N, "data": {...}}`` per step, verl's metric names) and TensorBoard (``$TENSORBOARD_DIR``),
+  each only when ``trainer.logger`` names it (verl's default ``[console, wandb]`` names neither), the
+  ``step:N - ...`` line only with ``console``;
+- the step count: ``trainer.total_training_steps``, else ``len(train_dataloader) x total_epochs``
+  (rows of ``data.train_files`` capped by ``data.train_max_samples``, over ``train_batch_size``, last
+  partial batch dropped), printed as ``Total training steps: N``; when the data runs out before
+  that step, the loop ends without its last step (no final save) and exits 0, as verl's does;
 - the kit's checkpoint-on-demand hook (``grpokit.runtime.verl_hooks``): at the start of a step,
   when the driver's save request exists, save the last completed step and stop (exit 1, as verl
   does when the hook raises);
@@ -47,6 +53,34 @@ def parse(argv: list[str]) -> dict[str, str]:
 def num(cfg: dict[str, str], key: str, default: float) -> float:
     value = cfg.get(key)
     return default if value in (None, "", "null") else float(value)
+
+
+def listed(value: str | None) -> list[str]:
+    """A list override as Hydra writes it (``[a,b]``, ``['a', 'b']``) or one value, as strings."""
+    text = (value or "").strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    return [part.strip().strip("'\"") for part in text.split(",") if part.strip()]
+
+
+def logger_list(cfg: dict[str, str]) -> list[str]:
+    """``trainer.logger`` (a string or a list, as verl's Tracking takes); verl's default when unset."""
+    return listed(cfg["trainer.logger"]) if "trainer.logger" in cfg else ["console", "wandb"]
+
+
+def train_steps_in_data(cfg: dict[str, str]) -> int | None:
+    """``len(train_dataloader) x total_epochs`` as verl computes it; None when the files are not there."""
+    import pyarrow.parquet as pq
+
+    files = [Path(f) for f in listed(cfg.get("data.train_files"))]
+    if not files or not all(f.is_file() for f in files):
+        return None
+    rows = sum(pq.read_metadata(f).num_rows for f in files)
+    cap = int(num(cfg, "data.train_max_samples", -1))
+    if cap > 0:
+        rows = min(rows, cap)
+    per_epoch = rows // int(num(cfg, "data.train_batch_size", 1024))  # drop_last=True
+    return per_epoch * int(num(cfg, "trainer.total_epochs", 30))
 
 
 def save(ckpt: Path, step: int, world: int, crash_in_save: int | None) -> None:
@@ -145,7 +179,10 @@ def main() -> int:
                 fail_at = 3
             elif profile == "slow-once":
                 step_s = 6.0
-    total = int(num(cfg, "trainer.total_training_steps", 4))
+    data_steps = train_steps_in_data(cfg)
+    total = int(num(cfg, "trainer.total_training_steps", data_steps if data_steps is not None else 4))
+    print(f"Total training steps: {total}", flush=True)
+    loggers = logger_list(cfg)
     save_freq = int(num(cfg, "trainer.save_freq", -1))
     test_freq = int(num(cfg, "trainer.test_freq", -1))
     world = int(num(cfg, "trainer.n_gpus_per_node", 1) * num(cfg, "trainer.nnodes", 1))
@@ -173,16 +210,20 @@ def main() -> int:
         print(f"Resuming from {ckpt / f'global_step_{last}'}, setting global step to {last}", flush=True)
 
     log_path = Path(os.environ.get("VERL_FILE_LOGGER_PATH", "metrics.jsonl"))
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    if "file" in loggers:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+    else:
+        log_path = Path(os.devnull)
     writer = None
-    if os.environ.get("TENSORBOARD_DIR"):
+    if os.environ.get("TENSORBOARD_DIR") and "tensorboard" in loggers:
         from torch.utils.tensorboard import SummaryWriter
 
         writer = SummaryWriter(os.environ["TENSORBOARD_DIR"])
     extra = call_reward(cfg)
     saved = {start - 1}
     with open(log_path, "wb", buffering=0) as fp:
-        for step in range(start, total + 1):
+        # verl's epoch loop runs out of batches at data_steps, before the last step when that is larger
+        for step in range(start, min(total, data_steps if data_steps is not None else total) + 1):
             if ctl is not None and (ctl / "save_request").exists():
                 last_done = step - 1
                 if last_done > 0 and last_done not in saved:
@@ -207,7 +248,8 @@ def main() -> int:
                 for key, value in data.items():
                     writer.add_scalar(key, value, step)
                 writer.flush()
-            print(f"step:{step} - " + " - ".join(f"{k}:{v}" for k, v in data.items()), flush=True)
+            if "console" in loggers:
+                print(f"step:{step} - " + " - ".join(f"{k}:{v}" for k, v in data.items()), flush=True)
     if writer is not None:
         writer.close()
     return 0

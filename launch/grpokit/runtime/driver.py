@@ -5,7 +5,9 @@ It makes the run folder, validates the point again with the installed verl, repa
 folder for resume, starts the sidecars and the job's own Ray, runs the trainer under supervision
 and stops everything it started, however the attempt ends:
 
-- trainer exits 0 -> ``completed``;
+- trainer exits 0 at its target step with a final checkpoint -> ``completed``; exits 0 short of
+  it or without that checkpoint -> ``failed`` (``early_exit`` / ``no_final_checkpoint``,
+  :mod:`grpokit.runtime.completion`);
 - USR2 (Slurm's warning before the time limit, or a preemption with a user signal) -> the trainer
   checkpoints at its next step boundary, then the job requeues itself (``scontrol requeue``; a
   bounded number of times for time limits, unbounded for preemptions) -> ``requeued``;
@@ -28,7 +30,7 @@ from typing import Any
 
 from grpokit.config.point import PointSpec
 from grpokit.results.slurm_state import parse_duration
-from grpokit.runtime import control, environment, procs, ray_cluster, sidecars, trainer
+from grpokit.runtime import completion, control, environment, procs, ray_cluster, sidecars, trainer
 from grpokit.runtime.metrics import read_jsonl, write_merged
 from grpokit.runtime.ports import release_ports
 from grpokit.runtime.resume import prepare_resume
@@ -252,6 +254,7 @@ class Driver:
         status.start_attempt(target_step=self._target_step(), slurm=environment.slurm_info())
         log.info("point %s, attempt %d, run folder %s", self.spec.name, attempt, self.run_dir)
         state, ended_by, reason, exit_code, requeue = "failed", "failed", "", None, False
+        judged_target: int | None = None
         try:
             # verl's own check of the point (importing verl takes seconds) runs while Ray and the
             # sidecars come up; the trainer starts only once it passed.
@@ -297,7 +300,9 @@ class Driver:
                         "checkpoint (resumes from the last one)"
                     )
                 elif exit_code == 0:
-                    state, ended_by = "completed", "completed"
+                    # completed = target step reached with a final checkpoint (runtime/completion.py)
+                    done = completion.judge_attempt(self.spec, attempt_dir, _last_step(attempt_dir / "metrics.jsonl"))
+                    state, ended_by, reason, judged_target = done.state, done.ended_by, done.reason, done.target_step
                 else:
                     reason = (
                         f"trainer exited with {exit_code}; last lines of trainer.log:\n"
@@ -316,6 +321,8 @@ class Driver:
         finally:
             self._teardown()
         last_step = _last_step(attempt_dir / "metrics.jsonl")
+        if judged_target is not None and status.data.get("target_step") is None:
+            status.data["target_step"] = judged_target  # verl's own count, when the point leaves it to verl
         try:
             write_merged(self.run_dir)
         except Exception:  # merged metrics are a convenience; never lose the status over them

@@ -52,12 +52,25 @@ class JobFailed(RuntimeError):
 
 
 def _setup_logging(path: Path) -> None:
+    """Root logging of one attempt: ``path`` (its driver.log) and stderr, every line once.
+
+    Idempotent: the handlers of an earlier call are replaced (closed), and a plain stream handler
+    to stderr/stdout already on the root logger is removed (importing verl runs
+    ``logging.basicConfig``), so each line appears once in the job's output file.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     root = logging.getLogger()
     root.setLevel(logging.INFO)
+    for old in list(root.handlers):
+        console = type(old) is logging.StreamHandler and old.stream in (sys.stderr, sys.stdout)
+        if console or getattr(old, "_grpokit_driver", False):
+            root.removeHandler(old)
+            if isinstance(old, logging.FileHandler):
+                old.close()
     for handler in (logging.FileHandler(path), logging.StreamHandler(sys.stderr)):
         handler.setFormatter(fmt)
+        handler._grpokit_driver = True  # type: ignore[attr-defined]
         root.addHandler(handler)
 
 

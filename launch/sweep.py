@@ -17,10 +17,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from grpokit.config import store
 from grpokit.paths import CONFIG_DIR
-
-store.register()
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base=None)
@@ -40,17 +37,71 @@ def main(cfg: DictConfig) -> None:
     launch_sweep(cfg, _Ctx, [overrides], 0)
 
 
-def preflight(argv: list[str]) -> None:
-    """Refuse misspelt verl keys with the kit's message (naming the key and the likely fix)."""
-    from grpokit.validate import SweepValidationError
-    from grpokit.validate.verl_check import check_command_line
+def preflight(argv: list[str]) -> list[str]:
+    """Check the command line before Hydra composes anything; returns the argv to hand to Hydra.
 
-    problems = check_command_line([a for a in argv if "=" in a and not a.startswith("-")])
+    Misspelt keys (verl's and the kit's) get "did you mean ...", wrong types and negative sizes are
+    refused on the key typed, and ``+key`` for a key the kit already sets becomes an update.
+    Exits 2 with one line per problem.
+    """
+    from grpokit.validate import SweepValidationError
+    from grpokit.validate.command_line import check
+
+    argv, problems = check(argv)
     if problems:
         print(SweepValidationError(problems), file=sys.stderr)
         sys.exit(2)
+    return argv
+
+
+def show_resolved(argv: list[str]) -> int:
+    """``--cfg job --resolve``: the composed config with every interpolation resolved.
+
+    Hydra's own ``--resolve`` resolves the kit's tree in one piece and fails on verl's
+    interpolations, which are relative to verl's root (``${trainer.project_name}``) or yield a list
+    (``${.save_contents}``). Here the kit's sections are resolved in the kit's tree and ``verl`` is
+    what the point's trainer gets: verl's config with the point's overrides, resolved as verl does.
+    A key that cannot be resolved is named.
+    """
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from grpokit.config.compose import compose_kit
+    from grpokit.config.point import build_point
+    from grpokit.config.verl_schema import apply_overrides
+    from grpokit.validate import SweepValidationError
+
+    overrides = [a for a in argv if "=" in a and not a.startswith("-")]
+    try:
+        cfg = compose_kit(overrides)
+        spec = build_point(cfg, index=0, kit_overrides=overrides, swept={})
+        kit = {k: cfg[k] for k in cfg if k not in ("verl", "hydra")}
+        shown = {
+            k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k] for k in kit
+        }
+        shown["verl"] = OmegaConf.to_container(apply_overrides(spec.verl_overrides), resolve=True)
+    except SweepValidationError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None) or "the config"
+        print(f"{key}: cannot be resolved: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    print(OmegaConf.to_yaml(shown))
+    return 0
 
 
 if __name__ == "__main__":
-    preflight(sys.argv[1:])
+    args = sys.argv[1:]
+    if "--help" in args or "-h" in args:
+        from grpokit.config.usage import usage
+
+        print(usage())
+        sys.exit(0)
+    if "--resolve" in args and any(a in ("--cfg", "-c") for a in args) and "hydra" not in args and "all" not in args:
+        sys.exit(show_resolved(args))
+    sys.argv[1:] = preflight(args)
+    from grpokit.config import store
+
+    store.register()  # verl's defaults in Hydra's config store (imports verl: after --help)
     sys.exit(main())

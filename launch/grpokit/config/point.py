@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
+from grpokit.config.explicit import raise_unresolvable, refuse_replaced, typed_verl_keys
 from grpokit.config.overrides import verl_overrides
 
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
@@ -109,15 +111,26 @@ def build_point(
     run_dir = Path(run_dir) if run_dir else Path(str(cfg.logs_root)) / sweep_name / name
     ckpt_root = cfg.get("checkpoint_root")
     checkpoint_dir = Path(str(ckpt_root)) / sweep_name / name if ckpt_root else run_dir / "checkpoints"
-    runtime_overrides = [
-        f"trainer.default_local_dir={checkpoint_dir}",
-        f"trainer.project_name={sweep_name}",
-        f"trainer.experiment_name={name}",
-        f"trainer.nnodes={int(cfg.cluster.nodes)}",
-        f"trainer.n_gpus_per_node={trainer_gpus_per_node(cfg)}",
-    ]
-    runtime_keys = {o.split("=", 1)[0] for o in runtime_overrides}
-    emitted = [o for o in verl_overrides(cfg) if o.lstrip("+").split("=", 1)[0] not in runtime_keys]
+    typed = typed_verl_keys(kit_overrides)
+    if "trainer.default_local_dir" in typed:  # honoured: the user's own checkpoint folder
+        checkpoint_dir = Path(str(OmegaConf.select(cfg, "verl.trainer.default_local_dir")))
+    derived = {
+        "trainer.default_local_dir": str(checkpoint_dir),
+        "trainer.project_name": sweep_name,
+        "trainer.experiment_name": name,
+        "trainer.nnodes": int(cfg.cluster.nodes),
+        "trainer.n_gpus_per_node": trainer_gpus_per_node(cfg),
+    }
+    refuse_replaced(cfg, name, typed, derived)
+    for key in ("trainer.project_name", "trainer.experiment_name"):
+        if key in typed:  # honoured: the user's names for verl's loggers
+            derived[key] = OmegaConf.select(cfg, f"verl.{key}")
+    runtime_overrides = [f"{k}={v}" for k, v in derived.items()]
+    runtime_keys = set(derived)
+    try:
+        emitted = [o for o in verl_overrides(cfg) if o.lstrip("+").split("=", 1)[0] not in runtime_keys]
+    except OmegaConfBaseException as exc:
+        raise_unresolvable(exc, name, kit_overrides)
     return PointSpec(
         sweep_name=sweep_name,
         index=index,

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
+
+_SAID: set[str] = set()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -15,7 +18,7 @@ class Problem:
     fix: str
 
     def __str__(self) -> str:
-        return f"[{self.point}] {self.key}: {self.message}\n    fix: {self.fix}"
+        return f"[{self.point}] {self.key}: {self.message}; fix: {self.fix}"
 
 
 class SweepValidationError(ValueError):
@@ -23,6 +26,28 @@ class SweepValidationError(ValueError):
 
     def __init__(self, problems: list[Problem]):
         self.problems = problems
-        points = sorted({p.point for p in problems})
-        head = f"{len(problems)} problem(s) in {len(points)} point(s); nothing was submitted:"
-        super().__init__("\n".join([head, *map(str, problems)]))
+        points = {p.point for p in problems} - {"all points"}
+        where = "all points" if len(points) != len({p.point for p in problems}) else f"{len(points)} point(s)"
+        head = f"{len(problems)} problem(s) in {where}; nothing was submitted:"
+        super().__init__("\n".join([head, *grouped_lines(problems)]))
+
+
+def grouped_lines(problems: list[Problem]) -> list[str]:
+    """One line per distinct problem; the same problem in several points is one line naming them all."""
+    order: dict[tuple[str, str, str], list[str]] = {}
+    for p in problems:
+        points = order.setdefault((p.key, p.message, p.fix), [])
+        if p.point not in points:
+            points.append(p.point)
+    lines = []
+    for (key, message, fix), points in order.items():
+        where = ", ".join(points[:6]) + (f" and {len(points) - 6} more" if len(points) > 6 else "")
+        lines.append(str(Problem(where, key, message, fix)))
+    return lines
+
+
+def note(text: str) -> None:
+    """Print an informational line once per process (a check skipped or deferred), to stderr."""
+    if text not in _SAID:
+        _SAID.add(text)
+        print(f"note: {text}", file=sys.stderr)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import difflib
+import io
 import re
+import warnings
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
 from grpokit.config.overrides import flat_base
 from grpokit.config.point import PointSpec
 from grpokit.config.verl_schema import apply_overrides
-from grpokit.validate.problems import Problem
+from grpokit.validate.problems import Problem, note
 
 # verl keys whose children are free-form: a new key below them is expected, not a typo.
 OPEN_PREFIXES = (
@@ -101,18 +105,85 @@ def compose_point(spec: PointSpec) -> tuple[DictConfig | None, list[Problem]]:
         return None, [Problem(spec.name, f"verl.{key}" if match else key, text.splitlines()[0], fix)]
 
 
+def _lora_rank(cfg: DictConfig) -> int:
+    """The LoRA rank verl's ``validate_config`` checks against vLLM (0: no LoRA or merged)."""
+    model = cfg.actor_rollout_ref.model
+    lora = model.get("lora") or {}
+    rank = int(lora.get("rank", 0) or 0) or int(model.get("lora_rank", 0) or 0)
+    return 0 if lora.get("merge", False) else rank
+
+
+def _without_vllm_checks(cfg: DictConfig) -> DictConfig:
+    """``cfg`` minus what only an installed vLLM can judge (the LoRA rank), said once; else ``cfg``.
+
+    verl imports vLLM to check a LoRA rank and fails with "vllm version None not supported" on a
+    machine without it (a login node): that check is left to the job, which validates again on a
+    node with the training stack.
+    """
+    import importlib.util
+
+    if _lora_rank(cfg) <= 0 or cfg.actor_rollout_ref.rollout.name != "vllm" or importlib.util.find_spec("vllm"):
+        return cfg
+    note(
+        "vLLM is not installed here: verl's LoRA-rank check against vLLM is left to the job "
+        "(it validates the point again on the training node)"
+    )
+    cfg = copy.deepcopy(cfg)
+    with open_dict(cfg):
+        cfg.actor_rollout_ref.model.lora_rank = 0
+        if cfg.actor_rollout_ref.model.get("lora") is not None:
+            cfg.actor_rollout_ref.model.lora.rank = 0
+    return cfg
+
+
+#: validate_config messages that name no key: (words in the message, key, fix).
+_KNOWN_MESSAGES = (
+    (
+        "real_train_batch_size",
+        "verl.data.train_batch_size",
+        "make train_batch_size x rollout.n divisible by the trainer's GPUs (cluster.nodes x cluster.gpus_per_node)",
+    ),
+)
+
+
+def _key_in(message: str, spec: PointSpec) -> str:
+    """The verl key a validate_config message is about: a full key it names, else a key the user typed."""
+    for words, key, _ in _KNOWN_MESSAGES:
+        if words in message:
+            return key
+    base = flat_base()
+    named = sorted((k for k in base if k in message), key=len, reverse=True)
+    if named:
+        return f"verl.{named[0]}"
+    typed = [o.lstrip("+~").split("=", 1)[0] for o in spec.kit_overrides]
+    for key in typed:
+        if key.startswith("verl.") and re.search(rf"\b{re.escape(key.rsplit('.', 1)[-1])}\b", message):
+            return key
+    return "verl"
+
+
 def run_validate_config(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
-    """verl's own ``validate_config`` (batch divisibility, micro batches, ...), as verl runs it."""
+    """verl's own ``validate_config`` (batch divisibility, micro batches, ...), as verl runs it.
+
+    What verl prints while checking ("All configuration checks passed", the critic warning) is
+    captured: a sweep of many points would print it once per point.
+    """
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
+    checked = _without_vllm_checks(cfg)
     try:
-        validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            validate_config(
+                config=checked, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg)
+            )
     except Exception as exc:
         text = str(exc)
         match = _FULL_KEY.search(text)
-        key = f"verl.{match.group(1)}" if match else "verl"
         cause = exc.__cause__ or exc
         message = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
-        return [Problem(spec.name, key, f"verl's validate_config: {message}", "change the setting verl names")]
+        key = f"verl.{match.group(1)}" if match else _key_in(message, spec)
+        fix = next((f for words, _, f in _KNOWN_MESSAGES if words in message), "change the setting verl names")
+        return [Problem(spec.name, key, f"verl's validate_config: {message}", fix)]
     return []

@@ -1,0 +1,88 @@
+"""verl settings the kit derives per point, when the user also typed them.
+
+The kit sets five of verl's ``trainer.*`` keys for every point: ``default_local_dir`` (the point's
+checkpoint folder), ``project_name`` / ``experiment_name`` (the sweep's and the point's names),
+``nnodes`` and ``n_gpus_per_node`` (from the Slurm request, ``cluster.nodes`` and
+``cluster.gpus_per_node`` less the GPUs of dedicated sidecars). A value the user typed for one of
+them (``verl.trainer.n_gpus_per_node=8``) is never silently replaced:
+
+- ``default_local_dir``, ``project_name``, ``experiment_name``: honoured as typed (two points
+  sharing one checkpoint folder are refused by the sweep's validation);
+- ``nnodes``, ``n_gpus_per_node``: honoured when equal to what the job is given, else refused
+  with the ``cluster.*`` key that sets them (verl cannot use GPUs Slurm did not allocate).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+from omegaconf import DictConfig, OmegaConf
+
+#: The ``cluster.*`` key a job-shape setting comes from, with how it is derived.
+_FROM_CLUSTER = {
+    "trainer.nnodes": ("cluster.nodes", "the job's nodes"),
+    "trainer.n_gpus_per_node": (
+        "cluster.gpus_per_node",
+        "the GPUs Slurm gives each node, less those of dedicated sidecars",
+    ),
+}
+
+
+def typed_verl_keys(kit_overrides: list[str]) -> dict[str, str]:
+    """``{verl key: value as typed}`` of the ``verl.*`` overrides (``+``/``++`` stripped; last wins)."""
+    out = {}
+    for item in kit_overrides:
+        key, sep, value = item.partition("=")
+        key = key.lstrip("+")
+        if sep and key.startswith("verl."):
+            out[key[len("verl.") :]] = value
+    return out
+
+
+def refuse_replaced(cfg: DictConfig, point: str, typed: dict[str, str], derived: dict[str, Any]) -> None:
+    """Refuse a typed ``nnodes`` / ``n_gpus_per_node`` that differs from the job's shape.
+
+    Raises:
+        SweepValidationError: one problem per such key, naming the ``cluster.*`` key to set instead.
+    """
+    from grpokit.validate.problems import Problem, SweepValidationError  # (grpokit.validate imports this module)
+
+    problems = []
+    for key, (cluster_key, what) in _FROM_CLUSTER.items():
+        if key not in typed:
+            continue
+        value = OmegaConf.select(cfg, f"verl.{key}")
+        if value != derived[key]:
+            want = value
+            if key == "trainer.n_gpus_per_node" and isinstance(value, int):
+                want = value + int(cfg.cluster.gpus_per_node) - int(derived[key])  # + dedicated sidecar GPUs
+            problems.append(
+                Problem(
+                    point,
+                    f"verl.{key}",
+                    f"{value} differs from {what} ({derived[key]}), which the kit passes to verl",
+                    f"drop verl.{key} and set {cluster_key}={want}",
+                )
+            )
+    if problems:
+        raise SweepValidationError(problems)
+
+
+def raise_unresolvable(exc: Exception, point: str, kit_overrides: list[str]) -> NoReturn:
+    """A derived setting that cannot be computed: name the typed key behind it when one is visible.
+
+    Raises:
+        SweepValidationError: always.
+    """
+    from grpokit.validate.problems import Problem, SweepValidationError
+
+    derived_key = getattr(exc, "full_key", None) or "verl"
+    message = str(exc).splitlines()[0]
+    key = derived_key
+    for item in kit_overrides:
+        typed_key, sep, value = item.lstrip("+~").partition("=")
+        if sep and value and f"'{value}'" in message:
+            key = typed_key
+            break
+    fix = f"set {key} to a value of the right type" if key != derived_key else f"check {key} and what it derives from"
+    raise SweepValidationError([Problem(point, key, f"{derived_key} cannot be computed: {message}", fix)])

@@ -1,0 +1,100 @@
+"""``python launch/sweep.py --help``: the kit's own usage (groups, main keys, examples), then Hydra's flags."""
+
+from __future__ import annotations
+
+import re
+
+from grpokit.paths import CONFIG_DIR
+
+MAIN_KEYS = """\
+Main keys (key=value; a,b,c sweeps a key with -m):
+  verl.<verl key>           any key of verl's ppo_trainer config, verl's own name, e.g.
+                            verl.data.train_batch_size=8,16 verl.actor_rollout_ref.rollout.n=4,8
+                            verl.data.max_response_length=512,1024 verl.actor_rollout_ref.actor.optim.lr=1e-6
+                            (+verl.<key>=v adds a key verl leaves open, e.g. ...model.override_config.*)
+  cluster.partition         Slurm partition (cluster=slurm); checked against the cluster before submission
+  cluster.nodes, cluster.gpus_per_node, cluster.cpus_per_task, cluster.mem_gb
+                            the Slurm request of every point (per node)
+  cluster.time_min          time limit of one attempt (minutes); a longer point is requeued and resumes
+  cluster.array_parallelism array tasks running at once
+  cluster.signal_lead_s     seconds before the time limit at which the job checkpoints and requeues
+  experiment.data_dir       the prepared data (launch/prepare_data.py)
+  model.path                the model's folder (launch/download.py, launch/make_tiny_model.py)
+  sweep_name, logs_root     the sweep folder <logs_root>/<sweep_name>/
+  checkpoint_root           checkpoints outside the run folders (a scratch file system)
+  dry_run=true              validate every point and write each one's verl command and Slurm
+                            request to <sweep folder>/dry_run.md; submit nothing
+  wait=true                 block until every point is final
+  runtime.max_timeout_requeues, runtime.save_deadline_s, runtime.ray_start_timeout_s
+"""
+
+EXAMPLES = """\
+Examples:
+  python launch/sweep.py model=tiny                          # the default point, on this machine
+  python launch/sweep.py -m cluster=slurm cluster.partition=gpu \\
+      verl.data.train_batch_size=8,16 verl.actor_rollout_ref.rollout.n=4,8
+  python launch/sweep.py -m cluster=slurm_local model=tiny   # the bundled local test cluster
+  python launch/sweep.py -m cluster=slurm dry_run=true ...   # check everything, submit nothing
+  python launch/sweep.py --cfg job                           # the composed config (add --resolve)
+  python launch/status.py logs/<sweep>                       # then: report.py, resubmit.py
+"""
+
+
+def _first_comment(text: str) -> str:
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("#") and not line.startswith("# @package"):
+            return line.lstrip("# ").rstrip()
+    return ""
+
+
+def _short(text: str, width: int = 88) -> str:
+    if len(text) <= width:
+        return text
+    return text[: text.rfind(" ", 0, width - 3)].rstrip(",;:") + " ..."
+
+
+def _flags(text: str) -> str:
+    """Hydra's flags, one line each (the shell-completion recipe is left to --hydra-help)."""
+    return "\n".join(line for line in text.splitlines() if line.startswith(("-", "Overrides")))
+
+
+def _defaults() -> dict[str, str]:
+    text = (CONFIG_DIR / "config.yaml").read_text()
+    return dict(re.findall(r"^\s*-\s*(\w+):\s*(\w+)\s*(?:#.*)?$", text, re.MULTILINE))
+
+
+def groups_text() -> str:
+    """Each config group with its options, the default marked, and each option's first comment line."""
+    defaults = _defaults()
+    lines = ["Config groups (group=option; * is the default):"]
+    for group in sorted(p for p in CONFIG_DIR.iterdir() if p.is_dir()):
+        lines.append(f"  {group.name}:")
+        for option in sorted(group.glob("*.yaml")):
+            mark = "*" if defaults.get(group.name) == option.stem else " "
+            lines.append(f"    {mark}{option.stem:<22} {_short(_first_comment(option.read_text()))}")
+    return "\n".join(lines)
+
+
+def usage() -> str:
+    """The whole ``--help`` text: the kit's usage first, Hydra's own flags after."""
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import get_args_parser
+
+    hydra_flags = _flags(Hydra.format_args_help(get_args_parser()))
+    return "\n".join(
+        [
+            "usage: python launch/sweep.py [-m] [group=option ...] [key=value[,value...] ...]",
+            "",
+            "Compose verl GRPO points from the kit's config groups and verl's own keys, validate every",
+            "point (verl's schema and validate_config, data, model, lengths, the Slurm request), then",
+            "run them here (cluster=local) or submit them to Slurm as job arrays (cluster=slurm).",
+            "",
+            groups_text(),
+            "",
+            MAIN_KEYS,
+            EXAMPLES,
+            "Hydra's flags (python launch/sweep.py --hydra-help for Hydra's own help):",
+            hydra_flags,
+        ]
+    )

@@ -1,0 +1,218 @@
+"""The sweep's command line, checked against the composed kit config before Hydra runs anything.
+
+What Hydra alone would do with a user's override, and what the kit does instead:
+
+- a misspelt key (``cluster.partiton=debug``, ``verl.data.train_bach_size=8``): Hydra suggests
+  ``+key``, which is then accepted and ignored; here it is refused with "did you mean ...".
+- ``+key`` for a key the kit's files already set (the reference run's
+  ``+actor_rollout_ref.model.override_config.attn_implementation=eager``, passed as ``+verl....``):
+  Hydra refuses "Could not append to config"; here it is an update (handed on as ``++key``).
+- a value of the wrong type (``verl.data.max_response_length=1k``) or a negative size
+  (``verl.actor_rollout_ref.rollout.n=-3``): Hydra takes it and the failure surfaces later on a
+  derived key, or not at all; here it is one problem on the key the user typed.
+
+Every value of a sweep (``a,b,c``, ``range(...)``) is checked. One :class:`Problem` per finding,
+point ``all points``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import re
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from grpokit.config.overrides import flat_base
+from grpokit.paths import CONFIG_DIR
+from grpokit.validate.problems import Problem
+from grpokit.validate.verl_check import _open_parent, suggest
+
+ALL = "all points"
+#: Kit mappings meant to be filled by the user (a new key below them is not a typo).
+OPEN_KIT_PARENTS = ("runtime.env", "cluster.additional_sbatch", "sidecars")
+#: Leaf names of counts and lengths that must be positive (verl's and the kit's).
+_SIZE_LEAF = re.compile(
+    r"^(n|nnodes|n_gpus_per_node|total_epochs|total_training_steps|ppo_epochs|max_num_seqs|"
+    r"max_num_batched_tokens|max_model_len|.*_size|.*_size_per_gpu|.*_length|.*_len|.*_len_per_gpu)$"
+)
+#: Kit keys with a lower bound: key -> smallest allowed value.
+KIT_MINIMUM = {
+    "cluster.nodes": 1,
+    "cluster.gpus_per_node": 0,
+    "cluster.cpus_per_task": 1,
+    "cluster.mem_gb": 1,
+    "cluster.time_min": 1,
+    "cluster.array_parallelism": 1,
+    "cluster.signal_lead_s": 0,
+    "runtime.max_timeout_requeues": 0,
+}
+_MAX_GROUP_COMBINATIONS = 16
+
+
+def groups() -> set[str]:
+    """The kit's config groups (``experiment``, ``model``, ``hardware``, ``cluster``)."""
+    return {p.name for p in CONFIG_DIR.iterdir() if p.is_dir()}
+
+
+def _values(override) -> list[Any]:
+    if override.value_type is not None and override.value_type.name == "GLOB_CHOICE_SWEEP":
+        return []
+    if override.is_sweep_override():
+        return list(override.sweep_iterator())
+    return [override.value()]
+
+
+def _node(cfg: DictConfig, key: str):
+    """The config node at ``key`` (unresolved), or None when the key does not exist."""
+    node: Any = cfg
+    for part in key.split("."):
+        if not OmegaConf.is_dict(node) or part not in node.keys():  # noqa: SIM118 (`in` hides ??? keys)
+            return None
+        node = node._get_node(part)
+    return node
+
+
+def _resolved(cfg: DictConfig, key: str) -> Any:
+    try:
+        value = OmegaConf.select(cfg, key, throw_on_resolution_failure=True)
+    except Exception:
+        return None
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+def _kit_open(key: str) -> bool:
+    parent = key.rsplit(".", 1)[0]
+    return any(parent == p or parent.startswith(p + ".") for p in OPEN_KIT_PARENTS) or parent.endswith(".env")
+
+
+def _is_open(cfg: DictConfig, key: str) -> bool:
+    """A new key below ``key``'s parent is expected (a free-form mapping), not a typo."""
+    if key.startswith("verl."):
+        return _open_parent(key[len("verl.") :], flat_base())
+    if _kit_open(key):
+        return True
+    parent = _node(cfg, key.rsplit(".", 1)[0]) if "." in key else None
+    return parent is not None and OmegaConf.is_dict(parent) and len(parent) == 0
+
+
+def kit_suggest(cfg: DictConfig, key: str) -> str:
+    """``did you mean ...`` for a kit key, from the keys next to it in the composed config."""
+    if key.startswith("verl."):
+        return suggest(key[len("verl.") :])
+    parent, _, leaf = key.rpartition(".")
+    node = _node(cfg, parent) if parent else cfg
+    siblings = [str(k) for k in node.keys()] if node is not None and OmegaConf.is_dict(node) else []  # noqa: SIM118
+    close = difflib.get_close_matches(leaf, siblings, n=3, cutoff=0.6)
+    if close:
+        return "did you mean " + " or ".join(f"{parent + '.' if parent else ''}{c}" for c in close) + "?"
+    if parent in groups():
+        options = [p.stem for p in sorted((CONFIG_DIR / parent).glob("*.yaml")) if _sets(p.read_text(), leaf)]
+        if options:
+            return f"{leaf} is a key of {parent}={' / '.join(options)}: add {parent}={options[0]}"
+    if siblings:
+        return f"{parent or 'the config'} has: {', '.join(sorted(siblings)[:12])}"
+    return f"{parent} does not exist either (python launch/sweep.py --cfg job shows the config)"
+
+
+def _sets(yaml_text: str, key: str) -> bool:
+    """A group option's file sets ``key`` at its top level."""
+    return bool(re.search(rf"^{re.escape(key)}:", yaml_text, re.MULTILINE))
+
+
+def _type_problem(key: str, value: Any, current: Any) -> Problem | None:
+    """A value whose type cannot be what the key holds (an int where text came, ...)."""
+    if value is None or current is None:
+        return None
+    if isinstance(current, bool):
+        if not isinstance(value, bool):
+            return Problem(ALL, key, f"{value!r} is not true/false", f"set {key}=true or {key}=false")
+        return None
+    if isinstance(current, int):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+            return Problem(ALL, key, f"{value!r} is not an integer", f"set {key}=<integer>, e.g. {key}={current}")
+        return None
+    if isinstance(current, float) and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        return Problem(ALL, key, f"{value!r} is not a number", f"set {key}=<number>, e.g. {key}={current}")
+    return None
+
+
+def _minimum(key: str, default: Any) -> int | None:
+    """The smallest value a size key allows (None: no bound known)."""
+    if key in KIT_MINIMUM:
+        return KIT_MINIMUM[key]
+    if not key.startswith("verl.") or not _SIZE_LEAF.match(key.rsplit(".", 1)[-1]):
+        return None
+    if isinstance(default, bool) or (isinstance(default, int) and default < 0):
+        return None  # verl's -1 means "all" / "off" here (fsdp_size, train_max_samples)
+    return 0 if default == 0 else 1
+
+
+def _sign_problem(key: str, value: Any, default: Any) -> Problem | None:
+    low = _minimum(key, default)
+    if low is None or isinstance(value, bool) or not isinstance(value, (int, float)) or value >= low:
+        return None
+    what = "a size" if low >= 1 else "a count"
+    return Problem(ALL, key, f"{value} is not {what} (must be >= {low})", f"set {key} to a value >= {low}")
+
+
+def _compose_choices(group_overrides: list) -> list[DictConfig]:
+    from grpokit.config.compose import compose_kit
+
+    options = [[f"{o.key_or_group}={v}" for v in _values(o)] for o in group_overrides]
+    combos = list(itertools.islice(itertools.product(*options), _MAX_GROUP_COMBINATIONS))
+    return [compose_kit(list(c)) for c in combos]
+
+
+def check(argv: list[str]) -> tuple[list[str], list[Problem]]:
+    """Check the overrides in ``argv``; returns (the argv to hand to Hydra, problems).
+
+    The argv is the same except that ``+key=v`` for a key the composed config already has
+    becomes ``++key=v`` (an update). Flags (``-m``, ``--cfg``) and unparsable overrides are left
+    to Hydra.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    positions = [i for i, a in enumerate(argv) if "=" in a and not a.startswith("-")]
+    try:
+        parsed = OverridesParser.create().parse_overrides([argv[i] for i in positions])
+    except Exception:
+        return argv, []  # Hydra reports its own grammar errors
+    kit_groups = groups()
+    group_overrides = [o for o in parsed if o.key_or_group in kit_groups and o.package is None]
+    try:
+        configs = _compose_choices(group_overrides)
+    except Exception:
+        return argv, []  # a bad group choice: Hydra names the options
+    out = list(argv)
+    problems: list[Problem] = []
+    base = flat_base()
+    for pos, o in zip(positions, parsed, strict=True):
+        key = o.key_or_group
+        if o in group_overrides or key.startswith("hydra") or "/" in key or o.is_delete():
+            continue
+        nodes = [_node(cfg, key) for cfg in configs]
+        exists = all(n is not None for n in nodes)
+        if not exists:
+            if o.is_add() or o.is_force_add():
+                if not _is_open(configs[0], key):
+                    problems.append(
+                        Problem(ALL, key, "no such key (it would be added and ignored)", kit_suggest(configs[0], key))
+                    )
+            elif _is_open(configs[0], key) and "." in key:
+                problems.append(Problem(ALL, key, "no such key yet", f"add it with +{key}=..."))
+            else:
+                problems.append(Problem(ALL, key, "no such key", kit_suggest(configs[0], key)))
+            continue
+        if o.is_add():
+            out[pos] = "+" + argv[pos]  # the kit already sets it: an update, not an append
+        current = _resolved(configs[0], key)
+        default = base.get(key[len("verl.") :], current) if key.startswith("verl.") else current
+        for value in _values(o):
+            found = _type_problem(key, value, current if current is not None else default)
+            found = found or _sign_problem(key, value, default if default is not None else current)
+            if found:
+                problems.append(found)
+                break
+    return out, problems

@@ -1,0 +1,351 @@
+"""The sweep's Slurm request checked against the real cluster before anything is submitted.
+
+Facts come from the cluster itself (``scontrol show partition -o``, ``scontrol show node -o``,
+``scontrol show config``): a request Slurm cannot satisfy (an unknown partition, more memory, CPUs,
+GPUs or nodes than the partition has, a time limit above its ``MaxTime``) becomes a
+:class:`~grpokit.validate.problems.Problem` naming the ``cluster.*`` key and the value that fits.
+What the facts cannot judge (accounts, QOS, constraints) is asked of Slurm with ``sbatch
+--test-only`` and the same ``#SBATCH`` lines submitit would write. A sweep larger than
+``MaxArraySize`` is not a problem: :func:`array_chunks` splits it into several arrays.
+
+On a machine without Slurm's client tools nothing is checked (one line says so).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from grpokit.validate.problems import Problem, note
+
+#: Seconds any one Slurm query may take before the check gives up (a slurmctld that does not answer).
+QUERY_TIMEOUT_S = 20
+_FIELD = re.compile(r"(\w+)=(.*?)(?=\s+\w+=|\s*$)")
+_MEM_UNITS = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+_UNLIMITED = {"UNLIMITED", "INFINITE", "NONE", "N/A", ""}
+
+
+class SlurmQueryError(RuntimeError):
+    """A Slurm client command failed or did not answer; the message is Slurm's own."""
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeFacts:
+    """One node: ``cpus`` (CPUTot), ``memory_mb`` (RealMemory), ``gpus`` (gres ``gpu`` count)."""
+
+    name: str
+    cpus: int
+    memory_mb: int
+    gpus: int
+    partitions: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionFacts:
+    """One partition's limits; ``None`` means unlimited."""
+
+    name: str
+    state: str
+    max_time_min: int | None
+    max_nodes: int | None
+    max_mem_per_node_mb: int | None
+    max_cpus_per_node: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class SlurmFacts:
+    """What the cluster allows: partitions, their nodes and ``MaxArraySize`` (array indices 0..N-1)."""
+
+    partitions: dict[str, PartitionFacts]
+    nodes: dict[str, NodeFacts]
+    max_array_size: int
+
+    def nodes_of(self, partition: str) -> list[NodeFacts]:
+        return [n for n in self.nodes.values() if partition in n.partitions]
+
+
+def _fields(line: str) -> dict[str, str]:
+    return {m.group(1): m.group(2).strip() for m in _FIELD.finditer(line)}
+
+
+def _int_or_none(text: str | None) -> int | None:
+    if text is None or text.upper() in _UNLIMITED:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def parse_memory_mb(text: str) -> int | None:
+    """``8000`` / ``8000M`` / ``64G`` -> MB (Slurm's units are binary: 1G = 1024M)."""
+    if not text or text.upper() in _UNLIMITED:
+        return None
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]?)", text.strip().upper())
+    if not m:
+        return None
+    return int(float(m.group(1)) * _MEM_UNITS[m.group(2) or "M"])
+
+
+def parse_time_min(text: str | None) -> int | None:
+    """Slurm's ``MaxTime`` (``UNLIMITED``, ``MM``, ``HH:MM:SS``, ``D-HH[:MM[:SS]]``) -> minutes."""
+    if text is None or text.upper() in _UNLIMITED:
+        return None
+    days = 0
+    if "-" in text:
+        d, text = text.split("-", 1)
+        days = int(d)
+        parts = [int(p) for p in text.split(":")] + [0, 0]
+        h, m, s = parts[0], parts[1], parts[2]
+    else:
+        parts = [int(p) for p in text.split(":")]
+        if len(parts) == 1:
+            return days * 1440 + parts[0]
+        if len(parts) == 2:
+            h, m, s = 0, parts[0], parts[1]
+        else:
+            h, m, s = parts[-3:]
+    return days * 1440 + h * 60 + m + math.ceil(s / 60)
+
+
+def gres_gpus(gres: str) -> int:
+    """GPUs in a node's ``Gres`` (``gpu:4``, ``gpu:a100:8(S:0-1)``, ``gpu:2,shard:8``); 0 for none."""
+    total = 0
+    for item in (gres or "").split(","):
+        item = item.split("(", 1)[0].strip()
+        if item == "gpu" or item.startswith("gpu:"):
+            count = item.rsplit(":", 1)[-1]
+            total += int(count) if count.isdigit() else 1
+    return total
+
+
+def run_slurm(cmd: list[str]) -> str:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        raise SlurmQueryError(f"`{' '.join(cmd)}` did not answer within {QUERY_TIMEOUT_S} s") from exc
+    if out.returncode != 0:
+        said = (out.stderr or out.stdout).strip().splitlines()
+        raise SlurmQueryError(f"`{' '.join(cmd)}` failed: {said[-1] if said else f'exit {out.returncode}'}")
+    return out.stdout
+
+
+def parse_facts(partitions_text: str, nodes_text: str, config_text: str) -> SlurmFacts:
+    """Facts from the outputs of ``scontrol show partition -o``, ``show node -o`` and ``show config``."""
+    partitions = {}
+    for line in partitions_text.splitlines():
+        f = _fields(line)
+        if "PartitionName" not in f:
+            continue
+        partitions[f["PartitionName"]] = PartitionFacts(
+            name=f["PartitionName"],
+            state=f.get("State", "UP"),
+            max_time_min=parse_time_min(f.get("MaxTime")),
+            max_nodes=_int_or_none(f.get("MaxNodes")),
+            max_mem_per_node_mb=parse_memory_mb(f.get("MaxMemPerNode", "")),
+            max_cpus_per_node=_int_or_none(f.get("MaxCPUsPerNode")),
+        )
+    nodes = {}
+    for line in nodes_text.splitlines():
+        f = _fields(line)
+        if "NodeName" not in f:
+            continue
+        nodes[f["NodeName"]] = NodeFacts(
+            name=f["NodeName"],
+            cpus=_int_or_none(f.get("CPUEfctv")) or _int_or_none(f.get("CPUTot")) or 0,
+            memory_mb=_int_or_none(f.get("RealMemory")) or 0,
+            gpus=gres_gpus(f.get("Gres", "")),
+            partitions=tuple(p for p in f.get("Partitions", "").split(",") if p),
+        )
+    m = re.search(r"^MaxArraySize\s*=\s*(\d+)", config_text, re.MULTILINE)
+    return SlurmFacts(partitions=partitions, nodes=nodes, max_array_size=int(m.group(1)) if m else 1001)
+
+
+def query_facts() -> SlurmFacts | None:
+    """Ask the cluster; ``None`` when this machine has no Slurm client tools.
+
+    Raises:
+        SlurmQueryError: scontrol is installed but slurmctld does not answer.
+    """
+    if not shutil.which("scontrol"):
+        return None
+    return parse_facts(
+        run_slurm(["scontrol", "show", "partition", "-o"]),
+        run_slurm(["scontrol", "show", "node", "-o"]),
+        run_slurm(["scontrol", "show", "config"]),
+    )
+
+
+def array_chunks(num_points: int, max_array_size: int) -> list[range]:
+    """Point indices per job array: one array when it fits ``MaxArraySize``, else several.
+
+    Slurm's array indices run from 0 to ``MaxArraySize - 1``, so one array holds at most
+    ``max_array_size`` tasks. Example: ``array_chunks(130, 64) == [range(0, 64), range(64, 128),
+    range(128, 130)]``.
+    """
+    size = max(int(max_array_size), 1)
+    return [range(i, min(i + size, num_points)) for i in range(0, num_points, size)]
+
+
+def _request(cluster: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "partition": cluster.get("partition"),
+        "nodes": int(cluster.get("nodes") or 1),
+        "gpus": int(cluster.get("gpus_per_node") or 0),
+        "cpus": int(cluster.get("cpus_per_task") or 1),
+        "mem_mb": int(cluster["mem_gb"]) * 1024 if cluster.get("mem_gb") else None,
+        "time_min": int(cluster.get("time_min") or 0),
+    }
+
+
+def check_facts(cluster: dict[str, Any], facts: SlurmFacts, point: str = "all points") -> list[Problem]:
+    """The request (``cluster.*``) against the partition's limits and its largest nodes."""
+    req = _request(cluster)
+    name = req["partition"]
+    if not name:
+        return []  # Slurm's default partition; sbatch --test-only judges it
+    part = facts.partitions.get(name)
+    if part is None:
+        known = ", ".join(sorted(facts.partitions)) or "none"
+        return [
+            Problem(
+                point,
+                "cluster.partition",
+                f"Slurm has no partition {name!r}",
+                f"set cluster.partition to one of: {known} (sinfo lists them)",
+            )
+        ]
+    nodes = facts.nodes_of(name)
+    problems: list[Problem] = []
+
+    def largest(attr: str, cap: int | None) -> int:
+        best = max((getattr(n, attr) for n in nodes), default=0)
+        return min(best, cap) if cap is not None else best
+
+    max_mem = largest("memory_mb", part.max_mem_per_node_mb)
+    max_cpus = largest("cpus", part.max_cpus_per_node)
+    max_gpus = largest("gpus", None)
+    where = f"partition {name}"
+    if req["mem_mb"] is not None and req["mem_mb"] > max_mem:
+        problems.append(
+            Problem(
+                point,
+                "cluster.mem_gb",
+                f"{cluster['mem_gb']} GB per node is more than any node of {where} has ({max_mem} MB)",
+                f"set cluster.mem_gb<={max_mem // 1024}" if max_mem >= 1024 else "set cluster.mem_gb=null",
+            )
+        )
+    if req["cpus"] > max_cpus:
+        problems.append(
+            Problem(
+                point,
+                "cluster.cpus_per_task",
+                f"{req['cpus']} CPUs per node is more than any node of {where} has ({max_cpus})",
+                f"set cluster.cpus_per_task<={max_cpus}",
+            )
+        )
+    if req["gpus"] > max_gpus:
+        problems.append(
+            Problem(
+                point,
+                "cluster.gpus_per_node",
+                f"{req['gpus']} GPUs per node is more than any node of {where} has ({max_gpus}, gres gpu)",
+                f"set cluster.gpus_per_node<={max_gpus}" if max_gpus else "choose a partition with GPUs",
+            )
+        )
+    if part.max_time_min is not None and req["time_min"] > part.max_time_min:
+        problems.append(
+            Problem(
+                point,
+                "cluster.time_min",
+                f"{req['time_min']} min is above {where}'s MaxTime ({part.max_time_min} min)",
+                f"set cluster.time_min<={part.max_time_min} (a point that needs longer is requeued and resumes)",
+            )
+        )
+    if problems:
+        return problems
+    fitting = [
+        n
+        for n in nodes
+        if n.cpus >= req["cpus"] and n.gpus >= req["gpus"] and (req["mem_mb"] is None or n.memory_mb >= req["mem_mb"])
+    ]
+    limit = min(len(fitting), part.max_nodes) if part.max_nodes is not None else len(fitting)
+    if req["nodes"] > limit:
+        what = f"{req['gpus']} GPUs, {req['cpus']} CPUs" + (f", {req['mem_mb']} MB" if req["mem_mb"] else "")
+        problems.append(
+            Problem(
+                point,
+                "cluster.nodes",
+                f"{req['nodes']} node(s) requested; {where} has {limit} node(s) with at least {what}",
+                f"set cluster.nodes<={limit}" if limit else "lower cluster.gpus_per_node/cpus_per_task/mem_gb",
+            )
+        )
+    return problems
+
+
+def sbatch_test_only(preview: str, *, num_tasks: int, parallelism: int) -> str | None:
+    """``sbatch --test-only`` with submitit's ``#SBATCH`` lines; Slurm's refusal, or None if it would run."""
+    lines = [
+        line
+        for line in preview.splitlines()
+        if line.startswith("#SBATCH")
+        and not line.startswith(("#SBATCH --output", "#SBATCH --error", "#SBATCH --array"))
+    ]
+    lines.append(f"#SBATCH --array=0-{num_tasks - 1}%{max(1, min(parallelism, num_tasks))}")
+    with tempfile.TemporaryDirectory(prefix="grpokit-test-only-") as tmp:
+        script = Path(tmp) / "request.sh"
+        script.write_text("#!/bin/bash\n" + "\n".join(lines) + "\ntrue\n")
+        try:
+            run_slurm(["sbatch", "--test-only", str(script)])
+        except SlurmQueryError as exc:
+            return str(exc).split("failed: ", 1)[-1]
+    return None
+
+
+def check_request(
+    cluster: dict[str, Any], *, name: str, num_points: int, facts: SlurmFacts | None = None
+) -> list[Problem]:
+    """Every check on a sweep's Slurm request; ``[]`` when it fits (or there is no Slurm here).
+
+    Args:
+        cluster: the resolved ``cluster`` section (``kind: slurm``).
+        name: the job name (the sweep's name).
+        num_points: the sweep's size (split into arrays of at most ``MaxArraySize``).
+        facts: the cluster's facts (queried when None).
+    """
+    if cluster.get("kind") != "slurm":
+        return []
+    if facts is None:
+        try:
+            facts = query_facts()
+        except SlurmQueryError as exc:
+            return [Problem("all points", "cluster", f"Slurm does not answer: {exc}", "retry when slurmctld is up")]
+    if facts is None:
+        note("no Slurm client tools here (scontrol not found): the Slurm request was not checked")
+        return []
+    problems = check_facts(cluster, facts)
+    if problems or not shutil.which("sbatch"):
+        return problems
+    from grpokit.submit.slurm import sbatch_preview
+
+    chunk = min(num_points, facts.max_array_size)
+    parallelism = int(cluster.get("array_parallelism") or chunk)
+    refusal = sbatch_test_only(
+        sbatch_preview(cluster, name=name, num_points=chunk), num_tasks=chunk, parallelism=parallelism
+    )
+    if refusal:
+        return [
+            Problem(
+                "all points",
+                "cluster",
+                f"Slurm refuses the request (sbatch --test-only): {refusal}",
+                "change the cluster.* setting Slurm names (account, qos, constraint, additional_sbatch)",
+            )
+        ]
+    return []

@@ -4,19 +4,25 @@
     python bench/smoke_check.py wait-step METRICS_JSONL --step 1 --pid PID --timeout 900
     python bench/smoke_check.py requeued RUN_DIR
     python bench/smoke_check.py resumed RUN_DIR --steps 4
+    python bench/smoke_check.py wait-final RUN_GLOB --timeout 1500
     python bench/smoke_check.py merged RUN_DIR
     python bench/smoke_check.py evaluated RUN_DIR
+    python bench/smoke_check.py memalpha RUN_DIR --steps 2
+    python bench/smoke_check.py tools SWEEP_DIR --steps 2 [--expect-tool-calls]
     python bench/smoke_check.py report WORK_DIR [--json OUT]
+    python bench/smoke_check.py table WORK_DIR [--phases "model data ..."]
 
-Each check prints what it saw and exits 1 naming the first file and key that disagree with
-docs/run-folder.md. ``report`` prints the per-phase timings (driver, Ray, vLLM engine, each step's
-parts from verl's ``timing_s/*`` metrics, checkpoint save) and the kit's own overhead.
+Each check prints what it saw ("ok ...") and exits 1 naming the first file and key that disagree
+with docs/run-folder.md. ``report`` prints the per-phase timings (driver, Ray, vLLM engine, each
+step's parts from verl's ``timing_s/*`` metrics, checkpoint save) and the kit's own overhead.
+``table`` prints the PASS/FAIL table of ``bench/gpu_smoke.sh`` from WORK_DIR/phases/.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import glob
 import json
 import logging
 import os
@@ -28,7 +34,7 @@ from typing import Any
 
 from grpokit.runtime.checkpoints import list_checkpoints, read_tracker
 from grpokit.runtime.metrics import read_jsonl
-from grpokit.runtime.status import read_status
+from grpokit.runtime.status import FINAL_STATES, read_status
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +143,86 @@ def cmd_resumed(args) -> None:
     print(
         f"ok resumed: attempt 2 resumed from global_step_{resume} (steps {second}), merged steps 1..{args.steps} "
         f"once each; control marker now {saved}"
+    )
+
+
+def cmd_wait_final(args) -> None:
+    """Block until the run folder matching RUN_GLOB has a final state; fail unless ``completed``."""
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        runs = sorted(Path(p) for p in glob.glob(args.run))
+        status = read_status(runs[0]) if runs and (runs[0] / "status.json").exists() else {}
+        if status.get("state") in FINAL_STATES:
+            _expect(
+                status["state"] == "completed",
+                f"{runs[0]}/status.json state={status['state']}: {status.get('reason')}",
+            )
+            print(f"ok {runs[0]}: completed (last_step {status.get('last_step')})")
+            return
+        time.sleep(2)
+    raise CheckFailed(f"no final state in {args.run}/status.json after {args.timeout} s")
+
+
+def _metric_rows(run: Path) -> list[dict[str, Any]]:
+    path = run / "metrics.jsonl"
+    _expect(path.exists(), f"{path} missing")
+    return read_jsonl(path)
+
+
+def _keys_ending(rows: list[dict[str, Any]], suffix: str) -> dict[str, float]:
+    """``{key: value}`` of the last record holding a key that ends with ``suffix``."""
+    for r in reversed(rows):
+        hits = {k: float(v) for k, v in r["data"].items() if k.endswith(suffix)}
+        if hits:
+            return hits
+    return {}
+
+
+def cmd_memalpha(args) -> None:
+    """Completed run; the reward's memalpha_* keys in the metrics (validation: verl logs extra keys there)."""
+    run = Path(args.dir)
+    check_finished(run, args.steps)
+    rows = _metric_rows(run)
+    keys = sorted({k for r in rows for k in r["data"] if "memalpha" in k})
+    _expect(bool(keys), f"{run}/metrics.jsonl has no memalpha_* key")
+    last = {k: round(float(v), 4) for k, v in rows[-1]["data"].items() if "memalpha" in k}
+    print(f"ok memalpha: completed {args.steps} steps, sidecars served; {len(keys)} memalpha keys, last {last}")
+
+
+TOOL_PARTS = ("tool_reward", "answer_reward", "format_reward", "tool_calls")
+
+
+def cmd_tools(args) -> None:
+    """One completed tool_memory point: num_turns in the training metrics, the reward's parts and the
+    tool-call count in the validation metrics; with --expect-tool-calls, tools actually ran."""
+    sweep = Path(args.dir)
+    points = json.loads((sweep / "manifest.json").read_text())["points"]
+    _expect(len(points) == 1, f"{sweep}/manifest.json has {len(points)} points, expected 1")
+    run = Path(points[0]["run_dir"])
+    check_finished(run, args.steps)
+    rows = _metric_rows(run)
+    # verl 0.9.1 logs num_turns/mean (and training/num_turns/mean) for every training step
+    turns = [r["data"].get("num_turns/mean", r["data"].get("training/num_turns/mean")) for r in rows]
+    train_turns = [float(t) for t in turns if t is not None]
+    _expect(
+        len(train_turns) == args.steps,
+        f"{run}/metrics.jsonl: num_turns/mean in {len(train_turns)} of {args.steps} steps",
+    )
+    val = {part: _keys_ending(rows, f"/{part}/mean@1") for part in (*TOOL_PARTS, "reward")}
+    for part, hits in val.items():
+        _expect(bool(hits), f"{run}/metrics.jsonl has no validation key .../{part}/mean@1 (verl's val-aux/val-core)")
+    val_turns = _keys_ending(rows, "val-aux/num_turns/mean")
+    _expect(bool(val_turns), f"{run}/metrics.jsonl has no val-aux/num_turns/mean")
+    calls = next(iter(val["tool_calls"].values()))
+    tool_reward = next(iter(val["tool_reward"].values()))
+    if args.expect_tool_calls:
+        _expect(max(train_turns) > 2, f"{run}/metrics.jsonl num_turns/mean {train_turns}: no tool turn in training")
+        _expect(calls > 0, f"{run}/metrics.jsonl tool_calls/mean@1 = {calls}: no tool ran in validation")
+        _expect(tool_reward > 0, f"{run}/metrics.jsonl tool_reward/mean@1 = {tool_reward}: no tool paid")
+    parts = {part: round(next(iter(h.values())), 3) for part, h in val.items()}
+    print(
+        f"ok tools {run.name}: completed {args.steps} steps; training num_turns/mean {train_turns}; "
+        f"validation num_turns/mean {round(next(iter(val_turns.values())), 2)}, {parts}"
     )
 
 
@@ -267,6 +353,32 @@ def cmd_report(args) -> None:
         Path(args.json).write_text(json.dumps(out, indent=2))
 
 
+def cmd_table(args) -> None:
+    """PASS/FAIL table of the phases recorded under WORK_DIR/phases (bench/gpu_smoke.sh)."""
+    pdir = Path(args.dir) / "phases"
+    names = args.phases.split() if args.phases else sorted(p.stem for p in pdir.glob("*.start"))
+    lines = ["| phase | result | wall s | what was seen |", "|---|---|---|---|"]
+    failed = 0
+    for name in names:
+        start, end = pdir / f"{name}.start", pdir / f"{name}.end"
+        note = (pdir / f"{name}.note").read_text().strip() if (pdir / f"{name}.note").exists() else ""
+        if end.exists():
+            rc, wall = end.read_text().split()[:2]
+            result = "PASS" if rc == "0" else "SKIPPED" if rc == "skip" else "FAIL"
+            wall = f"{float(wall):.0f}"
+        elif start.exists():
+            result, wall = "RUNNING", f"{time.time() - float(start.read_text()):.0f}"
+        else:
+            result, wall = "NOT RUN", "-"
+        failed += result in ("FAIL", "NOT RUN")
+        lines.append(f"| {name} | {result} | {wall} | {note.replace('|', '/')[:300]} |")
+    print("\n".join(lines))
+    if args.out:
+        Path(args.out).write_text("\n".join(lines) + "\n")
+    if failed:
+        raise CheckFailed(f"{failed} phase(s) failed or did not run")
+
+
 def _server_ready(path: Path) -> dict[str, Any]:
     """First and 'Application startup complete' times of a vLLM server log (seconds apart)."""
     text = path.read_text(errors="replace")
@@ -288,6 +400,20 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--timeout", type=float, default=900)
     for name in ("requeued", "merged", "evaluated"):
         sub.add_parser(name).add_argument("dir")
+    s = sub.add_parser("wait-final")
+    s.add_argument("run", help="run folder or glob (the first match is used)")
+    s.add_argument("--timeout", type=float, default=1500)
+    s = sub.add_parser("memalpha")
+    s.add_argument("dir")
+    s.add_argument("--steps", type=int, default=2)
+    s = sub.add_parser("tools")
+    s.add_argument("dir")
+    s.add_argument("--steps", type=int, default=2)
+    s.add_argument("--expect-tool-calls", action="store_true")
+    s = sub.add_parser("table")
+    s.add_argument("dir")
+    s.add_argument("--phases", default=None, help="phase names in table order (default: all recorded)")
+    s.add_argument("--out", default=None)
     s = sub.add_parser("resumed")
     s.add_argument("dir")
     s.add_argument("--steps", type=int, required=True)
@@ -304,6 +430,10 @@ def main(argv: list[str] | None = None) -> int:
             "resumed": cmd_resumed,
             "merged": cmd_merged,
             "evaluated": cmd_evaluated,
+            "wait-final": cmd_wait_final,
+            "memalpha": cmd_memalpha,
+            "tools": cmd_tools,
+            "table": cmd_table,
             "report": cmd_report,
         }[args.cmd](args)
     except CheckFailed as exc:

@@ -74,6 +74,8 @@ def main(argv: list[str]) -> int:
         with open_dict(cfg):
             cfg.sweep_name = f"{cfg.experiment.name}_job{os.environ['SLURM_JOB_ID']}"
     spec = build_point(cfg, index=0, kit_overrides=overrides, swept={})
+    for notice in spec.notices:  # what the kit changed on its own (the file logger it always keeps)
+        print(f"note: {notice}", file=sys.stderr)
     _, problems = validate_point(spec)
     if problems:
         print("\n".join(map(str, problems)), file=sys.stderr)

@@ -11,8 +11,12 @@ otherwise ``"I don't know."``. So a memory holding "what movie should i see -> L
 answered ``\\boxed{37}``, as a perfect answer model would.
 
 Knobs: a prompt containing ``--fail-marker`` (default ``FAIL_ANSWER``) gets HTTP 500; ``--delay-s``
-holds each answer so tests can see concurrency; ``GET /stats`` reports ``requests``, ``in_flight``,
-``max_in_flight`` and the last 200 request bodies, ``POST /stats/reset`` clears them.
+holds each answer so tests can see concurrency; ``--fail-status N`` answers every completion
+request with HTTP N (a broken engine behind a live server: ``/v1/models`` still answers), and
+``--fail-models`` makes ``/v1/models`` fail too; ``POST /control`` with ``{"fail_status": N | null,
+"fail_models": bool}`` changes both at run time. ``GET /stats`` reports ``requests``, ``in_flight``,
+``max_in_flight`` and the last 200 request bodies, ``POST /stats/reset`` clears them. A server
+that is down is the double stopped (``serve_in_thread``'s exit, or the process killed).
 Auth like vLLM: with env ``VLLM_API_KEY`` set, ``/v1/*`` needs ``Authorization: Bearer <key>``;
 ``/health`` never does. A request for a model other than ``--served-model-name`` gets 404.
 
@@ -62,7 +66,9 @@ def answer_text(memory_text: str, question_text: str) -> str:
 class DoubleState:
     """Counters shared by the handlers (one event loop, so no lock is needed)."""
 
-    def __init__(self) -> None:
+    def __init__(self, fail_status: int | None = None, fail_models: bool = False) -> None:
+        self.fail_status = fail_status
+        self.fail_models = fail_models
         self.requests = 0
         self.in_flight = 0
         self.max_in_flight = 0
@@ -83,10 +89,12 @@ def create_double_app(
     api_key: str | None = None,
     delay_s: float = 0.0,
     fail_marker: str = DEFAULT_FAIL_MARKER,
+    fail_status: int | None = None,
+    fail_models: bool = False,
 ) -> FastAPI:
     """The double's app; ``app.state.double`` is its :class:`DoubleState`."""
     app = FastAPI(title="TEST DOUBLE: OpenAI-compatible answer server")
-    state = DoubleState()
+    state = DoubleState(fail_status, fail_models)
     app.state.double = state
 
     def _error(status: int, message: str, kind: str) -> JSONResponse:
@@ -104,8 +112,17 @@ def create_double_app(
     async def health() -> JSONResponse:
         return JSONResponse({})
 
-    @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
+    @app.post("/control")
+    async def control(request: Request) -> dict[str, Any]:
+        body = await request.json()
+        state.fail_status = body.get("fail_status")
+        state.fail_models = bool(body.get("fail_models", False))
+        return {"fail_status": state.fail_status, "fail_models": state.fail_models}
+
+    @app.get("/v1/models", response_model=None)
+    async def models() -> dict[str, Any] | JSONResponse:
+        if state.fail_models and state.fail_status:
+            return _error(state.fail_status, "test double told to fail (fail_models)", "InternalServerError")
         return {"object": "list", "data": [{"id": model, "object": "model", "owned_by": "test-double"}]}
 
     @app.get("/stats")
@@ -126,6 +143,8 @@ def create_double_app(
         try:
             if delay_s > 0:
                 await asyncio.sleep(delay_s)
+            if state.fail_status:
+                return _error(state.fail_status, "test double told to fail (fail_status)", "InternalServerError")
             if body.get("model") != model:
                 return _error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
             if any(fail_marker in memory or fail_marker in question for memory, question in texts):
@@ -219,6 +238,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--served-model-name", default=DEFAULT_MODEL)
     p.add_argument("--delay-s", type=float, default=0.0)
     p.add_argument("--fail-marker", default=DEFAULT_FAIL_MARKER)
+    p.add_argument("--fail-status", type=int, default=None, help="answer every completion with this HTTP status")
+    p.add_argument("--fail-models", action="store_true", help="with --fail-status: /v1/models fails too")
     # Accepted and ignored so a `vllm serve` command line can be reused with the double.
     args, _unknown = p.parse_known_args(argv)
     app = create_double_app(
@@ -226,6 +247,8 @@ def main(argv: list[str] | None = None) -> None:
         api_key=os.environ.get("VLLM_API_KEY") or None,
         delay_s=args.delay_s,
         fail_marker=args.fail_marker,
+        fail_status=args.fail_status,
+        fail_models=args.fail_models,
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")
 

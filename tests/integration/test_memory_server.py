@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import re
 import socket
@@ -48,11 +49,13 @@ def running_double(**kwargs) -> Iterator[tuple[str, object]]:
 @contextmanager
 def running_memory_server(double_url: str, **kwargs) -> Iterator[str]:
     settings = ServerSettings(
-        answer_base_url=f"{double_url}/v1",
-        answer_model=MODEL,
-        server_key=SERVER_KEY,
-        answer_api_key=ANSWER_KEY,
-        **kwargs,
+        **{
+            "answer_base_url": f"{double_url}/v1",
+            "answer_model": MODEL,
+            "server_key": SERVER_KEY,
+            "answer_api_key": ANSWER_KEY,
+            **kwargs,
+        }
     )
     with double_mod.serve_in_thread(create_app(settings)) as url:
         yield url
@@ -295,3 +298,64 @@ def test_command_lines_serve_with_keys_from_env(tmp_path):
     server_log = (tmp_path / "1.log").read_text()
     assert "batch_process" in server_log
     assert SERVER_KEY not in server_log and ANSWER_KEY not in server_log
+
+
+# ---- the answer backend failing (issue 12 item 7) ------------------------------------------------
+
+
+def health(server: str) -> tuple[int, dict]:
+    r = httpx.get(f"{server}/health", timeout=15)
+    return r.status_code, r.json()
+
+
+def test_health_reflects_the_answer_backend(caplog):
+    caplog.set_level(logging.INFO, logger="grpokit.tasks.memalpha.server")
+    with running_double() as (url, _):
+        with running_memory_server(url) as server:
+            code, body = health(server)
+            assert code == 200 and body["status"] == "healthy" and body["answer_base_url"] == f"{url}/v1"
+
+            httpx.post(f"{url}/control", json={"fail_status": 500, "fail_models": True}, timeout=10)
+            code, body = health(server)
+            assert code == 503 and body["status"] == "unhealthy"
+            assert f"answer server {url}/v1 answered HTTP 500" in body["reason"]
+
+            httpx.post(f"{url}/control", json={"fail_status": None}, timeout=10)
+            assert health(server)[0] == 200
+
+        with running_memory_server(url, answer_model="not-served") as server:
+            code, body = health(server)
+            assert code == 503 and "does not serve model 'not-served'" in body["reason"] and MODEL in body["reason"]
+        # the double is stopped from here on: the answer server is down
+    with running_memory_server(url) as server:
+        code, body = health(server)
+    assert code == 503 and f"answer server {url}/v1 unreachable: APIConnectionError" in body["reason"]
+    unhealthy = [r.getMessage() for r in caplog.records if r.getMessage().startswith("unhealthy: ")]
+    assert len(unhealthy) == 3  # each change of health logged once, not once per poll
+
+
+def test_batch_process_reports_answer_backend_errors_per_item(caplog):
+    caplog.set_level(logging.INFO, logger="grpokit.tasks.memalpha.server")
+    body = {
+        "memories": [mapping_memory(PAIRS), {"core": "filler " * 400}],
+        "questions": [[question("call a cab"), question("what movie should i see")], [question("call a cab")]],
+    }
+    with running_double(fail_status=500) as (url, _), running_memory_server(url, max_prompt_tokens=250) as server:
+        r = post(server, body)
+    assert r.status_code == 200, r.text
+    data = r.json()
+    assert data["status"] == "failed" and data["failed_count"] == 3
+    assert data["error_kinds"] == [["answer_backend", "answer_backend"], ["prompt_too_long"]]
+    for reason in data["errors"][0]:
+        assert reason.startswith(f"answer model call failed (answer server {url}/v1): InternalServerError")
+        assert "500" in reason
+    failed_calls = [r.getMessage() for r in caplog.records if r.getMessage().startswith("answer model call failed")]
+    assert len(failed_calls) == 2  # one log line per failed answer call
+    assert any("prompt over budget" in r.getMessage() for r in caplog.records)
+
+
+def test_batch_process_status_is_partial_when_some_items_fail(server):
+    body = {"memories": [mapping_memory(PAIRS)], "questions": [[question("call a cab"), question("FAIL_ANSWER x")]]}
+    data = post(server, body).json()
+    assert (data["status"], data["failed_count"]) == ("partial", 1)
+    assert data["error_kinds"] == [[None, "answer_backend"]]

@@ -1,12 +1,15 @@
 """Truthful outcomes on the local Slurm cluster (issue 12 items 6-8).
 
-Real: Hydra, verl's schema, submitit, Slurm, Ray, the driver, resubmit.py, status.py. TEST
-DOUBLE: the trainer (tests/doubles/fake_verl_trainer.py follows verl 0.9.1's fit loop: the step
-count, the data running out, the save at the last step, the loggers named in trainer.logger).
+Real: Hydra, verl's schema, submitit, Slurm, Ray, the driver, resubmit.py, status.py, the memory
+server and the Mem-α reward. TEST DOUBLES: the trainer (tests/doubles/fake_verl_trainer.py follows
+verl 0.9.1's fit loop: the step count, the data running out, the save at the last step, the
+loggers named in trainer.logger; it calls the experiment's reward once, as verl's reward loop
+would) and the answer LLM (tests/doubles/openai_answer_double.py, standing in for ``vllm serve``).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import time
@@ -15,6 +18,19 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.slurm
+
+
+def _memalpha_module():
+    path = Path(__file__).with_name("test_memalpha_slurm.py")
+    spec = importlib.util.spec_from_file_location("grpokit_test_memalpha_slurm_shared", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_memalpha = _memalpha_module()
+memalpha_data = _memalpha.memalpha_data  # the module-scoped fixture: real NLU rows, built by prepare_data.py
+memalpha_overrides = _memalpha.memalpha_overrides
 
 
 def _sweep(kit, tmp_path: Path, name: str, overrides: list[str], env: dict | None = None):
@@ -92,3 +108,74 @@ def test_a_point_whose_trainer_exits_0_before_its_target_is_failed_and_resubmitt
     assert "trainer exited 0 without logging a step (attempts/2/metrics.jsonl) of target_step 4" in second["reason"]
     manifest = json.loads((sweep_dir / "manifest.json").read_text())
     assert [len(p.get("history") or []) for p in manifest["points"]] == [1, 0, 0]
+
+
+@pytest.mark.timeout(600)
+def test_a_failing_answer_server_fails_the_memalpha_point_loudly(kit, slurm, tiny_model_dir, memalpha_data, tmp_path):
+    # The answer LLM stand-in is told to fail (its --fail-status knob): "engine" answers HTTP 500
+    # to every completion while /v1/models still answers (a vLLM whose engine died), "down" fails
+    # /v1/models too (what the memory server's /health asks).
+    base = memalpha_overrides(kit, tiny_model_dir, memalpha_data, tmp_path)
+    cases = {"engine": ",--fail-status,500]", "down": ",--fail-status,500,--fail-models]"}
+    run_dirs = {}
+    for name, flags in cases.items():
+        overrides = [o[:-1] + flags if o.startswith("+sidecars.answer_llm.command=") else o for o in base]
+        overrides.append("sidecars.memory_server.start_timeout_s=20")
+        _, (run_dirs[name],) = _sweep(kit, tmp_path, f"answer_{name}", overrides)
+    engine, down = kit.wait_final([run_dirs["engine"], run_dirs["down"]], timeout=480)
+
+    # engine: the sidecars pass their gates, the reward's first call raises and the trainer fails
+    assert engine["state"] == "failed" and engine["attempts"][-1]["ended_by"] == "failed", engine
+    endpoints = json.loads((run_dirs["engine"] / "endpoints.json").read_text())["sidecars"]
+    memory_url, answer_url = endpoints["memory_server"]["url"], endpoints["answer_llm"]["url"]
+    trainer_log = (run_dirs["engine"] / "attempts" / "1" / "trainer.log").read_text()
+    assert "AnswerBackendError" in trainer_log, trainer_log[-3000:]
+    assert f"memory server {memory_url}/batch_process: " in engine["reason"], engine["reason"]
+    assert f"(answer server {answer_url}/v1): InternalServerError" in engine["reason"]
+    assert "max_answer_error_fraction=0.5" in engine["reason"]
+    server_log = (run_dirs["engine"] / "attempts" / "1" / "sidecars" / "memory_server.log").read_text()
+    assert server_log.count("answer model call failed") >= 1, server_log[-3000:]
+    assert (
+        not (run_dirs["engine"] / "metrics.jsonl").exists()
+        or not (run_dirs["engine"] / "metrics.jsonl").read_text().strip()
+    ), "no step was trained on rewards that could not be computed"
+
+    # down: the memory server reports itself unhealthy, so the job fails at its health gate
+    assert down["state"] == "failed" and down["attempts"][-1]["ended_by"] == "sidecar_failed", down
+    assert "sidecar memory_server not ready" in down["reason"], down["reason"]
+    assert "its last health answer: HTTP 503" in down["reason"] and '"status":"unhealthy"' in down["reason"]
+    assert "answer server http://" in down["reason"] and "answered HTTP 500 to GET /models" in down["reason"]
+    server_log = (run_dirs["down"] / "attempts" / "1" / "sidecars" / "memory_server.log").read_text()
+    assert server_log.count("unhealthy: answer server") == 1  # logged once, not once per poll
+    assert not (run_dirs["down"] / "attempts" / "1" / "trainer.log").exists(), "the trainer must not start"
+
+
+@pytest.mark.timeout(600)
+def test_a_verl_style_logger_setting_keeps_the_kits_metrics(kit, slurm, kit_overrides, tmp_path):
+    # [console] as a user would copy it from verl's scripts ([console,wandb] there; wandb needs a
+    # network this machine does not have): without the kit's fix no metrics.jsonl is written.
+    users = [*kit_overrides, "verl.trainer.logger=[console]"]
+    notice = (
+        "verl.trainer.logger=[console] leaves out verl's file logger; the kit adds it (trainer.logger=[console,file])"
+    )
+
+    dry = kit.run("sweep.py", ["-m", *kit.slurm_cluster, *users, "sweep_name=logger_dry", "dry_run=true"], timeout=240)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    dry_md = (tmp_path / "logs" / "logger_dry" / "dry_run.md").read_text()
+    assert dry_md.count(notice) == 1 and "trainer.logger=[console,file]" in dry_md
+    assert (dry.stdout + dry.stderr).count(notice) == 1  # said once (the printed dry_run.md)
+
+    out, run_dirs = _sweep(kit, tmp_path, "logger", [*users, "verl.trainer.total_training_steps=3"])
+    assert (out.stdout + out.stderr).count(notice) == 1, out.stdout + out.stderr
+    (status,) = kit.wait_final(run_dirs, timeout=420)
+    run_dir = run_dirs[0]
+    assert status["state"] == "completed" and status["last_step"] == 3, status
+    assert "trainer.logger=[console,file]" in (run_dir / "verl_cmd.sh").read_text()  # what the job ran
+    point = json.loads((run_dir / "point.json").read_text())  # what the point records
+    assert "trainer.logger=[console,file]" in point["verl_overrides"]
+    assert [n.startswith(notice) for n in point["notices"]] == [True]
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3]
+    # the trainer double honours the list as verl does: no tensorboard backend was asked for
+    assert not (run_dir / "attempts" / "1" / "tensorboard").exists()
+    assert_status_rows(kit, tmp_path / "logs" / "logger", {0: ("completed", 3)})

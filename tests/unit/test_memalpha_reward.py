@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import inspect
 import json
@@ -21,6 +22,7 @@ from omegaconf import OmegaConf
 
 from grpokit.tasks.memalpha import data
 from grpokit.tasks.memalpha.reward import (
+    AnswerBackendError,
     MemoryServerError,
     compute_score,
     normalize_memory,
@@ -113,7 +115,9 @@ def test_memory_with_all_target_mappings_scores_above_one(nlu_rows, memory_serve
             "memalpha_format",
             "memalpha_compression",
             "memalpha_memory_chars",
+            "memalpha_answer_errors",
         }
+        assert result["memalpha_answer_errors"] == 0.0
 
 
 def test_half_the_mappings_score_half(nlu_rows, memory_server_url):
@@ -195,6 +199,81 @@ def test_verl_loads_it_as_an_async_reward_with_reward_kwargs(nlu_rows, memory_se
         )
     )
     assert result["memalpha_acc"] == 1.0
+
+
+# ---- a failing answer LLM is never a silent zero (issue 12 item 7) -----------------------------
+
+
+def _all_targets_memory(row: dict) -> str:
+    return json.dumps({"semantic": [{f"m{i}": f"{s} -> {label}"} for i, (s, label) in enumerate(_targets(row))]})
+
+
+def _with_failing_questions(row: dict, failing: int) -> dict:
+    """The row with its first ``failing`` questions carrying the answer double's fail marker (each
+    of those calls gets HTTP 500 from the answer server, the others are answered)."""
+    gt = dict(row["reward_model"]["ground_truth"])
+    qas = [dict(qa) for qa in gt["questions_and_answers"]]
+    for qa in qas[:failing]:
+        qa["question"] = qa["question"] + "\nFAIL_ANSWER"
+    return {**row, "reward_model": {"ground_truth": {**gt, "questions_and_answers": qas}}}
+
+
+def test_some_failed_answer_calls_are_counted_not_scored_as_wrong(nlu_rows, memory_server_url, caplog):
+    row = _with_failing_questions(nlu_rows[0], 1)  # 1 of 4 calls fails: 0.25 <= 0.5
+    result = score(row, _all_targets_memory(row), memory_server_url)
+    assert result["memalpha_answer_errors"] == 1.0
+    assert result["memalpha_acc"] == 1.0  # the 3 answered questions, all right
+    (line,) = [r.getMessage() for r in caplog.records if "answer calls failed" in r.getMessage()]
+    assert f"memory server {memory_server_url}: 1 of 4 answer calls failed at the answer server" in line
+    assert "InternalServerError" in line and "500" in line
+
+
+def test_failed_answer_calls_past_the_threshold_fail_loudly(nlu_rows, memory_server_url):
+    row = _with_failing_questions(nlu_rows[0], 1)
+    with pytest.raises(AnswerBackendError, match=r"1 of 4 answer calls failed.*max_answer_error_fraction=0.2"):
+        score(row, _all_targets_memory(row), memory_server_url, max_answer_error_fraction=0.2)
+    row = _with_failing_questions(nlu_rows[0], 3)
+    with pytest.raises(AnswerBackendError, match=r"3 of 4 answer calls failed.*75%.*=0.5"):
+        score(row, _all_targets_memory(row), memory_server_url)  # the default threshold, 0.5
+    # 1.0 never raises: every error is then only counted
+    result = score(row, _all_targets_memory(row), memory_server_url, max_answer_error_fraction="1.0")
+    assert result["memalpha_answer_errors"] == 3.0 and result["memalpha_acc"] == 1.0
+    with pytest.raises(ValueError, match="max_answer_error_fraction must be in"):
+        score(row, "{}", memory_server_url, max_answer_error_fraction=1.5)
+
+
+@pytest.mark.parametrize("backend", ["http_500", "down"])
+def test_answer_server_failing_or_down_is_not_a_silent_zero(nlu_rows, backend):
+    """The issue's condition: the answer server answers HTTP 500 to every call, or is not running;
+    before, compute_score returned the format + compression terms (0.0976) and logged nothing."""
+    double_app = double_mod.create_double_app(model=MODEL, fail_status=500 if backend == "http_500" else None)
+    with double_mod.serve_in_thread(double_app) as double_url:
+        pass  # "down": started for a free port, then stopped
+    with contextlib.ExitStack() as stack:
+        if backend == "http_500":
+            double_url = stack.enter_context(double_mod.serve_in_thread(double_app))
+        settings = ServerSettings(
+            answer_base_url=f"{double_url}/v1",
+            answer_model=MODEL,
+            server_key=SERVER_KEY,
+            timeout_s=5,
+            answer_retries=0,
+        )
+        url = stack.enter_context(double_mod.serve_in_thread(create_app(settings))) + "/batch_process"
+        row = nlu_rows[0]
+        error = "InternalServerError" if backend == "http_500" else "APIConnectionError"
+        with pytest.raises(AnswerBackendError) as raised:
+            score(row, _all_targets_memory(row), url)
+    text = str(raised.value)
+    assert f"memory server {url}: 4 of 4 answer calls failed" in text
+    assert f"(answer server {double_url}/v1): {error}" in text
+
+
+def test_a_mem_alpha_server_without_error_kinds_marks_failures_by_the_error_prefix():
+    from grpokit.tasks.memalpha.reward import _backend_errors
+
+    body = {"result": [["\\boxed{1}", "Error: answer model call failed: boom"]], "status": "success"}
+    assert _backend_errors(body, body["result"][0]) == [None, "answer model call failed: boom"]
 
 
 # ---- scoring and parsing (pure) -----------------------------------------------------------------

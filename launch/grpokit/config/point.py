@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from grpokit.config.explicit import raise_unresolvable, refuse_replaced, typed_verl_keys
-from grpokit.config.overrides import verl_overrides
+from grpokit.config.overrides import format_value, verl_overrides
 
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -36,6 +36,8 @@ class PointSpec:
         swept: ``{key: value}`` of the swept keys only.
         verl_overrides: verl's command-line overrides (``key=value`` / ``+key=value``).
         experiment, model, cluster, runtime, sidecars: the resolved kit sections.
+        notices: what the kit changed in the user's settings on its own, one line each (e.g. the
+            file logger added to ``trainer.logger``); the sweep prints each once.
     """
 
     sweep_name: str
@@ -52,6 +54,7 @@ class PointSpec:
     runtime: dict[str, Any]
     sidecars: dict[str, Any]
     hardware: dict[str, Any] = dataclasses.field(default_factory=dict)
+    notices: list[str] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, default=str)
@@ -67,6 +70,33 @@ class PointSpec:
             if k == key:
                 return v
         return None
+
+
+#: verl's logger backend that writes ``$VERL_FILE_LOGGER_PATH`` (``verl/utils/tracking.py::FileLogger``).
+FILE_LOGGER = "file"
+
+
+def with_file_logger(value: Any) -> tuple[list[str], str | None]:
+    """verl's ``trainer.logger`` (a string, a list, or None) with ``file`` added when missing.
+
+    Returns the backends to run and, when ``file`` was added, the one-line notice saying so.
+    verl's ``Tracking`` takes a string or a list; the kit always passes a list.
+    """
+    if OmegaConf.is_config(value):
+        value = OmegaConf.to_container(value, resolve=True)
+    given = [] if value is None else [value] if isinstance(value, str) else [str(v) for v in value]
+    if FILE_LOGGER in given:
+        return given, None
+    kept = [*given, FILE_LOGGER]
+    return kept, (
+        f"verl.trainer.logger={format_value(value)} leaves out verl's file logger; the kit adds it "
+        f"(trainer.logger={format_value(kept)}): its metrics.jsonl feeds resume bookkeeping, status.py and report.py"
+    )
+
+
+def kit_notices(specs: list[PointSpec]) -> list[str]:
+    """The distinct notices of ``specs``, in first-seen order (printed once per sweep)."""
+    return list(dict.fromkeys(n for spec in specs for n in spec.notices))
 
 
 def point_name(index: int, swept: dict[str, Any]) -> str:
@@ -131,6 +161,12 @@ def build_point(
         emitted = [o for o in verl_overrides(cfg) if o.lstrip("+").split("=", 1)[0] not in runtime_keys]
     except OmegaConfBaseException as exc:
         raise_unresolvable(exc, name, kit_overrides)
+    # The kit always keeps verl's file logger (the point's metrics.jsonl), whatever trainer.logger says.
+    loggers, logger_notice = with_file_logger(OmegaConf.select(cfg, "verl.trainer.logger"))
+    logger_override = f"trainer.logger={format_value(loggers)}"
+    emitted = [logger_override if o.split("=", 1)[0] == "trainer.logger" else o for o in emitted]
+    if logger_override not in emitted:  # the point left verl's default, ["console", "wandb"]
+        emitted.append(logger_override)
     return PointSpec(
         sweep_name=sweep_name,
         index=index,
@@ -146,4 +182,5 @@ def build_point(
         runtime=_section(cfg, "runtime"),
         sidecars=_section(cfg, "sidecars"),
         hardware=_section(cfg, "hardware"),
+        notices=[logger_notice] if logger_notice else [],
     )

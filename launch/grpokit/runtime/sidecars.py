@@ -194,6 +194,7 @@ def wait_ready(sc: Sidecar, timeout_s: float | None = None) -> float:
     url = sc.url + sc.spec.get("health_path", "/health")
     start = time.monotonic()
     headers = {"Authorization": f"Bearer {sc.key}"}
+    last_answer = ""  # the last non-200 health answer: a server that says why it is not ready
     while True:
         if not sc.alive():
             code = sc.proc.returncode if sc.proc else None
@@ -202,13 +203,15 @@ def wait_ready(sc: Sidecar, timeout_s: float | None = None) -> float:
                 f"last lines of {sc.log_path}:\n{procs.tail(sc.log_path)}"
             )
         try:
-            if httpx.get(url, headers=headers, timeout=2.0).status_code == 200:
+            answer = httpx.get(url, headers=headers, timeout=2.0)
+            if answer.status_code == 200:
                 return time.monotonic() - start
+            last_answer = f"; its last health answer: HTTP {answer.status_code} {answer.text[:500]}"
         except httpx.HTTPError:
             pass
         if time.monotonic() - start > timeout_s:
             raise SidecarError(
-                f"sidecar {sc.name} not ready at {url} after {timeout_s:.0f} s (process alive); "
+                f"sidecar {sc.name} not ready at {url} after {timeout_s:.0f} s (process alive){last_answer}; "
                 f"last lines of {sc.log_path}:\n{procs.tail(sc.log_path)}"
             )
         time.sleep(0.25)

@@ -13,7 +13,7 @@ from typing import Any
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf
 
-from grpokit.config.point import PointSpec, build_point
+from grpokit.config.point import PointSpec, build_point, kit_notices
 from grpokit.paths import CONFIG_DIR
 from grpokit.submit import slurm
 from grpokit.submit.manifest import write_manifest
@@ -80,6 +80,7 @@ def write_dry_run(sweep_dir: Path, specs: list[PointSpec], cluster: dict[str, An
     from grpokit.runtime import trainer
 
     lines = [f"# Dry run of sweep {specs[0].sweep_name}: {len(specs)} point(s), nothing submitted", ""]
+    lines += [f"Note: {notice}\n" for notice in kit_notices(specs)]  # what the kit changed on its own
     if cluster.get("kind") == "slurm":
         lines += [
             "## Slurm request (one array)",
@@ -181,6 +182,8 @@ def launch_sweep(
         print(path.read_text())
         print(f"dry run: {len(specs)} point(s) validated, nothing submitted; see {path}")
         return [_job_return(s, None) for s in specs]
+    for notice in kit_notices(specs):  # what the kit changed on its own, once per sweep (dry_run.md has it too)
+        print(f"note: {notice}")
     if cluster.get("kind") == "slurm":
         # The manifest exists before the jobs do: a sweep command killed mid-submission leaves its
         # points (and run folders) findable; the Slurm ids are filled in right after.

@@ -7,15 +7,23 @@ simplified Mem-α reward, docs/memalpha-notes.md):
   surrounding markdown code fence) parses as a JSON object, else 0.0 and the raw text becomes one
   semantic memory.
 - ``answer_acc`` is the mean over the row's questions of Mem-α's label check on the memory server's
-  answers (:func:`score_answer`).
+  answers (:func:`score_answer`). A question whose answer call failed at the answer server (the
+  memory server's ``error_kinds`` says ``answer_backend``) is not a wrong answer: it is left out of
+  the mean and counted in ``memalpha_answer_errors``; a memory over the prompt budget still scores
+  0, as in Mem-α.
 - ``compression_score = clip(1 - memory_chars / source_chars, 0, 1)``; ``memory_chars`` is the
   length of the core text plus every semantic/episodic text (ids are not shown to the answer model,
   so they are not counted).
 
-verl calls :func:`compute_score` (``reward.custom_reward_function.name=compute_score``); the keys
-other than ``score`` are logged as metrics. The memory server's bearer key comes from env
-``GRPOKIT_MEMORY_SERVER_KEY``. If the server stays unreachable after the retries,
-:class:`MemoryServerError` is raised: rewards of zero would otherwise train on noise silently.
+verl calls :func:`compute_score` (``reward.custom_reward_function.name=compute_score``); verl keeps
+the keys other than ``score`` per sample (``reward_extra_info``: validation metrics
+``val-aux/<source>/<key>/...`` and the rollout dumps). The memory server's bearer key comes from
+env ``GRPOKIT_MEMORY_SERVER_KEY``. A scorer that cannot score fails loudly, never as a silent zero
+that would train on noise: :class:`MemoryServerError` when the memory server stays unreachable
+after the retries, :class:`AnswerBackendError` when more than ``max_answer_error_fraction`` (a
+``reward_kwargs`` key, default 0.5) of one sample's answer calls failed at the answer server; each
+sample with failed calls logs one warning line naming the memory server and the answer server's
+error.
 """
 
 from __future__ import annotations
@@ -44,6 +52,13 @@ _BOXED = "\\boxed{"
 
 class MemoryServerError(RuntimeError):
     """The memory server could not be reached or answered wrongly; fails the training step."""
+
+
+class AnswerBackendError(MemoryServerError):
+    """Too many of a sample's answer calls failed at the answer server; fails the training step."""
+
+
+DEFAULT_MAX_ANSWER_ERROR_FRACTION = 0.5
 
 
 def strip_think(text: str) -> str:
@@ -176,13 +191,16 @@ async def ask_memory_server(
     timeout_s: float,
     retries: int,
     backoff_s: float = 1.0,
-) -> list[str]:
-    """The server's answers to ``questions`` about ``memory`` (one request, ``1 + retries`` tries).
+) -> tuple[list[str], list[str | None]]:
+    """The server's answers to ``questions`` about ``memory`` (one request, ``1 + retries`` tries),
+    and per question the answer server's error (None when the call succeeded or the item failed
+    for another reason, such as a prompt over budget).
 
-    Retries connection errors, timeouts and 5xx with exponential backoff from ``backoff_s``;
-    raises :class:`MemoryServerError` naming ``url`` when tries run out, at once on 4xx (a client
-    or key problem that retrying does not fix), or when the reply does not have one answer per
-    question.
+    The errors come from the reply's ``error_kinds``/``errors``; a server without them (Mem-α's
+    own) marks a failed call by an answer starting with ``"Error:"``. Retries connection errors,
+    timeouts and 5xx with exponential backoff from ``backoff_s``; raises :class:`MemoryServerError`
+    naming ``url`` when tries run out, at once on 4xx (a client or key problem that retrying does
+    not fix), or when the reply does not have one answer per question.
     """
     payload = {
         "memories": [memory],
@@ -216,7 +234,8 @@ async def ask_memory_server(
                     f"memory server {url} refused the request: HTTP {response.status_code} {response.text[:300]}{hint}"
                 )
             try:
-                answers = response.json()["result"][0]
+                body = response.json()
+                answers = body["result"][0]
             except (ValueError, KeyError, IndexError, TypeError) as e:
                 raise MemoryServerError(f"memory server {url} sent no 'result': {response.text[:300]}") from e
             if not isinstance(answers, list) or len(answers) != len(questions):
@@ -224,12 +243,24 @@ async def ask_memory_server(
                     f"memory server {url} sent {len(answers) if isinstance(answers, list) else answers!r} "
                     f"answers for {len(questions)} questions"
                 )
-            return [a if isinstance(a, str) else _as_text(a) for a in answers]
+            answers = [a if isinstance(a, str) else _as_text(a) for a in answers]
+            return answers, _backend_errors(body, answers)
     raise MemoryServerError(
         f"memory server {url} unreachable after {retries + 1} tries ({last_error}); check that the "
         "memory server sidecar is up (endpoints.json, sidecars/<name>.log) and the reward's "
         "memory_server_url"
     )
+
+
+def _backend_errors(body: Mapping[str, Any], answers: list[str]) -> list[str | None]:
+    """Per answer, the answer server's error (see :func:`ask_memory_server`)."""
+    try:
+        kinds, reasons = body["error_kinds"][0], body["errors"][0]
+        if len(kinds) == len(reasons) == len(answers):
+            return [str(r) if k == "answer_backend" else None for k, r in zip(kinds, reasons, strict=True)]
+    except (KeyError, IndexError, TypeError):
+        pass
+    return [a[len("Error:") :].strip() if a.startswith("Error:") else None for a in answers]
 
 
 async def compute_score(
@@ -242,22 +273,30 @@ async def compute_score(
     timeout_s: float = 90,
     retries: int = 3,
     backoff_s: float = 1.0,
+    max_answer_error_fraction: float = DEFAULT_MAX_ANSWER_ERROR_FRACTION,
     **kwargs: Any,
 ) -> dict[str, float]:
     """Score one writer output (see module doc).
 
     ``ground_truth`` is ``{"questions_and_answers": [{"question", "answer"}], "source_chars": int}``
     (as written by :mod:`grpokit.tasks.memalpha.data`). Returns ``{"score", "memalpha_acc",
-    "memalpha_format", "memalpha_compression", "memalpha_memory_chars"}``, all floats. Raises
-    :class:`MemoryServerError` when the memory server cannot answer, ``ValueError`` on a
-    ``ground_truth`` without questions. Unused verl kwargs (``reward_router_address``, ...) are
-    ignored.
+    "memalpha_format", "memalpha_compression", "memalpha_memory_chars", "memalpha_answer_errors"}``,
+    all floats; ``memalpha_answer_errors`` is the number of this sample's questions whose answer
+    call failed at the answer server. Raises :class:`MemoryServerError` when the memory server
+    cannot answer, :class:`AnswerBackendError` when that number over the row's questions is above
+    ``max_answer_error_fraction`` (in [0, 1]; 1 never raises), ``ValueError`` on a ``ground_truth``
+    without questions or a fraction outside [0, 1]. Unused verl kwargs
+    (``reward_router_address``, ...) are ignored.
     """
+    max_answer_error_fraction = float(max_answer_error_fraction)
+    if not 0.0 <= max_answer_error_fraction <= 1.0:
+        raise ValueError(f"reward_kwargs.max_answer_error_fraction must be in [0, 1], got {max_answer_error_fraction}")
     qas, source_chars = _questions_and_answers(ground_truth)
     parsed, format_score = parse_memory(solution_str or "")
     memory, memory_chars = normalize_memory(parsed)
+    failed = 0
     if qas:
-        answers = await ask_memory_server(
+        answers, errors = await ask_memory_server(
             memory,
             [str(qa["question"]) for qa in qas],
             url=memory_server_url,
@@ -266,7 +305,23 @@ async def compute_score(
             retries=retries,
             backoff_s=backoff_s,
         )
-        answer_acc = sum(score_answer(a, qa["answer"]) for a, qa in zip(answers, qas, strict=True)) / len(qas)
+        answered = [(a, qa) for a, qa, e in zip(answers, qas, errors, strict=True) if e is None]
+        failed = len(qas) - len(answered)
+        answer_acc = sum(score_answer(a, qa["answer"]) for a, qa in answered) / len(answered) if answered else 0.0
+        if failed:
+            reasons = sorted({e for e in errors if e is not None})
+            message = (
+                f"memory server {memory_server_url}: {failed} of {len(qas)} answer calls failed at the answer "
+                f"server (data_source={data_source}): {reasons[0]}"
+                + (f" (and {len(reasons) - 1} other error(s))" if len(reasons) > 1 else "")
+            )
+            log.warning("%s", message)
+            if failed / len(qas) > max_answer_error_fraction:
+                raise AnswerBackendError(
+                    f"{message}; {failed / len(qas):.0%} of this sample's answer calls failed, above "
+                    f"reward_kwargs.max_answer_error_fraction={max_answer_error_fraction}: the reward cannot "
+                    "score. Check the answer server (attempts/<k>/sidecars/, the memory server's /health)"
+                )
     else:
         log.warning("row without questions (data_source=%s); accuracy 0", data_source)
         answer_acc = 0.0
@@ -277,4 +332,5 @@ async def compute_score(
         "memalpha_format": format_score,
         "memalpha_compression": compression,
         "memalpha_memory_chars": float(memory_chars),
+        "memalpha_answer_errors": float(failed),
     }

@@ -2,16 +2,25 @@
 
 API-compatible with ``memory_server.py`` of wangyu-ustc/Mem-alpha (docs/memalpha-notes.md):
 
-- ``GET /health`` -> ``{"status": "healthy", "answer_model": str, "top_k": int, ...}`` (no auth).
+- ``GET /health`` (no auth) asks the answer server for its models (``GET <answer>/models``):
+  200 ``{"status": "healthy", "answer_model": str, "top_k": int, ...}`` when it answers and serves
+  ``answer_model``, else 503 ``{"status": "unhealthy", "reason": str, ...}`` naming the answer
+  server and its error (unreachable, an HTTP error, or the model not served). A change of health
+  is logged once.
 - ``POST /batch_process`` with JSON ``{"memories": [memory, ...], "questions": [[str, ...], ...],
   "max_tokens": int = 2048, "temperature": float = 0.7, "enable_thinking": bool = false}``;
   ``memories`` and ``questions`` are non-empty and of the same length; a memory is
   ``{"core": str | null, "semantic": [{id: text}], "episodic": [{id: text}]}``.
-  Response ``{"result": [[answer, ...], ...], "status": "success", "processed_count": N,
-  "errors": [[null | reason, ...], ...]}``, nested like ``questions``; ``N`` is the number of
-  memories. A failed item (answer-model error, timeout, prompt over budget) gets the answer text
-  ``"Error: <reason>"`` (which scores 0, as in Mem-α) and its reason in ``errors``; the rest of the
-  batch is answered. A bad request gets 400 ``{"error": reason}``; a missing or wrong key 401.
+  Response ``{"result": [[answer, ...], ...], "status": "success" | "partial" | "failed",
+  "processed_count": N, "failed_count": F, "errors": [[null | reason, ...], ...]}``, nested like
+  ``questions``; ``N`` is the number of memories, ``F`` the number of failed items. A failed item
+  (answer-model error, timeout, prompt over budget) gets the answer text ``"Error: <reason>"`` (as
+  in Mem-α), its reason in ``errors`` and its kind in ``error_kinds`` (``answer_backend``: the
+  answer server failed the call; ``prompt_too_long``: the memory does not fit the budget, a 0 for
+  the writer as in Mem-α); the rest of the batch is answered; ``status`` is
+  ``success`` only when no item failed (``failed`` when all did). Every failed answer call is
+  logged. The reward (:mod:`grpokit.tasks.memalpha.reward`) counts ``errors`` and fails the job
+  past its threshold. A bad request gets 400 ``{"error": reason}``; a missing or wrong key 401.
 
 Differences from Mem-α, on purpose: FastAPI + asyncio instead of threaded Flask; one global bound
 (``--concurrency``) on answer calls in flight; explicit timeouts; the answer server's chat endpoint
@@ -55,6 +64,15 @@ log = logging.getLogger(__name__)
 
 SERVER_KEY_ENV = "GRPOKIT_MEMORY_SERVER_KEY"
 ANSWER_KEY_ENV = "GRPOKIT_ANSWER_API_KEY"
+#: How an item's reason starts when the answer server failed it (``error_kinds`` "answer_backend").
+ANSWER_FAILED = "answer model call failed"
+
+
+def error_kind(reason: str | None) -> str | None:
+    """None (answered), ``answer_backend`` (the answer server failed) or ``prompt_too_long``."""
+    if reason is None:
+        return None
+    return "answer_backend" if reason.startswith(ANSWER_FAILED) else "prompt_too_long"
 
 
 @dataclass(kw_only=True)
@@ -164,6 +182,7 @@ class MemoryAnswerer:
                 count_tokens=self.count_tokens,
             )
         except PromptTooLongError as e:
+            log.warning("prompt over budget: %s (question %.60r)", e, question)
             return f"Error: {e}", str(e)
         try:
             async with self.semaphore:
@@ -177,9 +196,23 @@ class MemoryAnswerer:
             content = response.choices[0].message.content if response.choices else None
             return content or "", None
         except Exception as e:  # any failure of this one call marks this item only
-            reason = f"answer model call failed: {type(e).__name__}: {e}"
+            reason = f"{ANSWER_FAILED} (answer server {self.settings.answer_base_url}): {type(e).__name__}: {e}"
             log.warning("%s (question %.60r)", reason, question)
             return f"Error: {reason}", reason
+
+    async def backend_health(self) -> str | None:
+        """None when the answer server lists ``answer_model``, else why not (one line)."""
+        where = f"answer server {self.settings.answer_base_url}"
+        try:
+            client = self.client.with_options(timeout=min(self.settings.timeout_s, 5.0), max_retries=0)
+            served = [m.id async for m in client.models.list()]
+        except openai.APIStatusError as e:
+            return f"{where} answered HTTP {e.status_code} to GET /models: {str(e)[:300]}"
+        except Exception as e:  # connection refused, timeout, a reply that is not the OpenAI API
+            return f"{where} unreachable: {type(e).__name__}: {e}"
+        if self.settings.answer_model not in served:
+            return f"{where} does not serve model {self.settings.answer_model!r} (it serves {served})"
+        return None
 
     async def batch(self, req: BatchRequest) -> tuple[list[list[str]], list[list[str | None]]]:
         jobs = [
@@ -232,16 +265,28 @@ def create_app(settings: ServerSettings, count_tokens: TokenCounter | None = Non
         # Mem-α's clients read {"error": ...}; keep FastAPI's "detail" too.
         return JSONResponse({"error": exc.detail, "detail": exc.detail}, status_code=exc.status_code)
 
+    last_health: dict[str, str | None] = {"reason": None}
+
     @app.get("/health")
-    async def health() -> dict[str, Any]:
-        return {
-            "status": "healthy",
+    async def health() -> JSONResponse:
+        reason = await answerer.backend_health()
+        if reason != last_health["reason"]:
+            if reason:
+                log.warning("unhealthy: %s", reason)
+            else:
+                log.info("healthy: answer server %s serves %s", settings.answer_base_url, settings.answer_model)
+            last_health["reason"] = reason
+        body = {
+            "status": "unhealthy" if reason else "healthy",
+            **({"reason": reason} if reason else {}),
+            "answer_base_url": settings.answer_base_url,
             "answer_model": settings.answer_model,
             "tokenizer": settings.tokenizer or "regex",
             "top_k": settings.top_k,
             "max_prompt_tokens": settings.max_prompt_tokens,
             "concurrency": settings.concurrency,
         }
+        return JSONResponse(body, status_code=503 if reason else 200)
 
     @app.post("/batch_process", dependencies=[Depends(auth)])
     async def batch_process(request: Request) -> JSONResponse:
@@ -257,14 +302,25 @@ def create_app(settings: ServerSettings, count_tokens: TokenCounter | None = Non
         start = time.monotonic()
         answers, errors = await answerer.batch(req)
         num_failed = sum(e is not None for row in errors for e in row)
-        log.info(
+        (log.warning if num_failed else log.info)(
             "batch_process: %d memories, %d questions, %d failed, %.2fs",
             len(answers),
             sum(len(r) for r in answers),
             num_failed,
             time.monotonic() - start,
         )
-        return JSONResponse({"result": answers, "status": "success", "processed_count": len(answers), "errors": errors})
+        total = sum(len(r) for r in answers)
+        state = "success" if not num_failed else ("failed" if num_failed == total else "partial")
+        return JSONResponse(
+            {
+                "result": answers,
+                "status": state,
+                "processed_count": len(answers),
+                "failed_count": num_failed,
+                "errors": errors,
+                "error_kinds": [[error_kind(e) for e in row] for row in errors],
+            }
+        )
 
     return app
 

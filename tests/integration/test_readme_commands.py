@@ -166,9 +166,12 @@ def test_readme_and_docs_commands_run_as_written(slurm):
             if res.returncode != 0:
                 failures.append(f"{cmd.source}: exit {res.returncode}: {text}\n{output[-3000:]}")
                 continue
-            # Follow what the command started until it is final.
-            for sweep in SWEEP_PRINTED.findall(output):
-                sweep_dir = Path(sweep)
+            # Follow what the command started until it is final: a sweep it printed, or (status,
+            # report, resubmit) the sweep the block works on, which a resubmission may have restarted.
+            sweeps = [Path(p) for p in SWEEP_PRINTED.findall(output)]
+            if not sweeps and "<sweep>" in cmd.text:
+                sweeps = [REPO / "logs" / placeholders["<sweep>"]]
+            for sweep_dir in sweeps:
                 placeholders["<sweep>"] = sweep_dir.name
                 points = json.loads((sweep_dir / "manifest.json").read_text())["points"]
                 placeholders["<point>"] = Path(points[0]["run_dir"]).name

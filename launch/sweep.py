@@ -33,8 +33,14 @@ def main(cfg: DictConfig) -> None:
             def load_sweep_config(_base, overrides):
                 return cfg
 
+    from grpokit.validate import SweepValidationError
+
     overrides = list(HydraConfig.get().overrides.task)
-    launch_sweep(cfg, _Ctx, [overrides], 0)
+    try:
+        launch_sweep(cfg, _Ctx, [overrides], 0)
+    except SweepValidationError as exc:  # a point that cannot even be built (before validation)
+        print(exc, file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def preflight(argv: list[str]) -> list[str]:

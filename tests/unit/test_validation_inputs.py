@@ -246,91 +246,13 @@ def test_problems_are_one_line_each_and_grouped_over_points():
 
 # --- the reference run's own overrides (verl. in front, as the README says) ----------------------
 
-# The reference script's parameter arrays (DATA, MODEL, ACTOR, REF, ROLLOUT, TRAINER, REWARD,
-# TRANSFER_QUEUE) with its defaults filled in; the four /path/to placeholders point at local folders.
-REFERENCE = """
-algorithm.adv_estimator=grpo
-algorithm.use_kl_in_reward=False
-data.train_files={data}/train.parquet
-data.val_files={data}/test.parquet
-data.train_max_samples=1024
-data.val_max_samples=256
-data.train_batch_size=8
-data.max_prompt_length=512
-data.max_response_length=1024
-data.filter_overlong_prompts=True
-data.truncation=error
-data.shuffle=False
-data.dataloader_num_workers=0
-actor_rollout_ref.model.path={model}
-actor_rollout_ref.model.use_remove_padding=False
-actor_rollout_ref.model.enable_gradient_checkpointing=True
-+actor_rollout_ref.model.override_config.attn_implementation=eager
-actor_rollout_ref.actor.optim.lr=1e-6
-actor_rollout_ref.actor.ppo_mini_batch_size=8
-actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1
-actor_rollout_ref.actor.ppo_max_token_len_per_gpu=2048
-actor_rollout_ref.actor.use_kl_loss=True
-actor_rollout_ref.actor.entropy_coeff=0
-actor_rollout_ref.actor.kl_loss_coef=0.01
-actor_rollout_ref.actor.kl_loss_type=low_var_kl
-actor_rollout_ref.actor.use_torch_compile=False
-actor_rollout_ref.actor.strategy=fsdp2
-actor_rollout_ref.actor.use_dynamic_bsz=False
-actor_rollout_ref.actor.fsdp_config.fsdp_size=1
-actor_rollout_ref.actor.fsdp_config.reshard_after_forward=True
-actor_rollout_ref.actor.fsdp_config.offload_policy=True
-actor_rollout_ref.actor.fsdp_config.param_offload=True
-actor_rollout_ref.actor.fsdp_config.optimizer_offload=True
-actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=1
-actor_rollout_ref.ref.strategy=fsdp2
-actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1
-actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=2048
-actor_rollout_ref.ref.use_torch_compile=False
-actor_rollout_ref.ref.fsdp_config.reshard_after_forward=True
-actor_rollout_ref.ref.fsdp_config.offload_policy=True
-actor_rollout_ref.ref.fsdp_config.param_offload=True
-actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size=1
-actor_rollout_ref.rollout.name=vllm
-actor_rollout_ref.rollout.ignore_eos=False
-actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1
-actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=2048
-actor_rollout_ref.rollout.tensor_model_parallel_size=1
-actor_rollout_ref.rollout.gpu_memory_utilization=0.9
-actor_rollout_ref.rollout.n=8
-actor_rollout_ref.rollout.enable_chunked_prefill=True
-actor_rollout_ref.rollout.max_model_len=1792
-actor_rollout_ref.rollout.max_num_seqs=64
-actor_rollout_ref.rollout.max_num_batched_tokens=8192
-actor_rollout_ref.rollout.free_cache_engine=True
-actor_rollout_ref.rollout.enforce_eager=False
-actor_rollout_ref.rollout.enable_prefix_caching=False
-actor_rollout_ref.rollout.agent.num_workers=1
-actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=512
-+actor_rollout_ref.rollout.engine_kwargs.vllm.limit_mm_per_prompt.image=0
-+actor_rollout_ref.rollout.engine_kwargs.vllm.limit_mm_per_prompt.video=0
-trainer.critic_warmup=0
-trainer.logger=["console","tensorboard"]
-trainer.project_name=GRPO-Qwen3_5
-trainer.experiment_name=Qwen3_5-0_8B-GSM8K-b8n8-r1024-s48-tb-save24
-trainer.n_gpus_per_node=1
-trainer.nnodes=1
-trainer.balance_batch=False
-trainer.resume_mode=disable
-trainer.val_before_train=False
-trainer.save_freq=24
-trainer.test_freq=12
-trainer.total_epochs=1
-trainer.total_training_steps=48
-trainer.default_hdfs_dir=null
-trainer.default_local_dir={out}/Qwen3_5-0_8B-GSM8K-b8n8-r1024-s48-tb-save24
-reward.num_workers=1
-transfer_queue.backend.SimpleStorage.num_data_storage_units=1
-"""
+REFERENCE_FILE = REPO / "tests" / "data" / "reference_gsm8k_overrides.txt"
 
 
 def reference_overrides(model: Path, data: Path, out: Path) -> list[str]:
-    lines = REFERENCE.format(model=model, data=data, out=out).split()
+    """The reference run's overrides with ``verl.`` in front, as the README says to pass verl keys."""
+    text = "\n".join(line for line in REFERENCE_FILE.read_text().splitlines() if not line.startswith("#"))
+    lines = text.format(model=model, data=data, out=out).split()
     return [("+verl." + o[1:]) if o.startswith("+") else "verl." + o for o in lines]
 
 

@@ -98,10 +98,19 @@ def write_dry_run(sweep_dir: Path, specs: list[PointSpec], cluster: dict[str, An
 
 
 def submit_slurm(sweep_dir: Path, specs: list[PointSpec], cluster: dict[str, Any]) -> list[str]:
-    """Submit every point as one job array; returns the Slurm ids (``ARRAY_TASK``)."""
-    executor = slurm.make_executor(sweep_dir / "submitit", cluster, name=specs[0].sweep_name, num_points=len(specs))
-    jobs = executor.map_array(RunPointTask(), [s.to_json() for s in specs])
-    return [str(j.job_id) for j in jobs]
+    """Submit every point (one job array per request and ``MaxArraySize``); returns the Slurm ids.
+
+    A submission Slurm refuses ends the command (exit 2) with one line saying what Slurm said and
+    what to change; nothing stays queued, and the sweep folder is left as it was before the
+    submission (a new one is removed, see :func:`grpokit.submit.arrays.after_refusal`).
+    """
+    from grpokit.submit.arrays import SubmissionError, after_refusal, submit_arrays
+
+    try:
+        return submit_arrays(sweep_dir / "submitit", specs, name=specs[0].sweep_name)
+    except SubmissionError as exc:
+        print(f"{exc}; {after_refusal(sweep_dir, specs, exc)}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def run_local(specs: list[PointSpec]) -> list[int]:

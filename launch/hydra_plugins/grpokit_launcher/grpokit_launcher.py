@@ -7,6 +7,7 @@ nothing when any point is invalid, and writes the sweep's manifest. The work is 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 from hydra.core.utils import JobReturn
@@ -28,6 +29,11 @@ class GrpokitLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from grpokit.submit.sweep import launch_sweep  # heavy imports stay out of plugin discovery
+        from grpokit.validate import SweepValidationError
 
         assert self.config is not None and self.hydra_context is not None
-        return launch_sweep(self.config, self.hydra_context, [list(o) for o in job_overrides], initial_job_idx)
+        try:
+            return launch_sweep(self.config, self.hydra_context, [list(o) for o in job_overrides], initial_job_idx)
+        except SweepValidationError as exc:  # a point that cannot even be built (before validation)
+            print(exc, file=sys.stderr)
+            raise SystemExit(2) from None

@@ -1,0 +1,182 @@
+"""Submit a sweep's points as Slurm job arrays: one per distinct request, none above ``MaxArraySize``.
+
+Points whose ``cluster`` sections differ (``cluster.mem_gb=4,8`` swept) cannot share an array (one
+array is one ``#SBATCH`` request), and Slurm refuses an array with more tasks than its
+``MaxArraySize``: such a sweep goes out as several arrays. ``cluster.array_parallelism`` is the
+number of a sweep's tasks running at once, so the arrays of one request share it (each gets
+``max(1, array_parallelism // arrays)``). A submission Slurm refuses is one line
+(:class:`SubmissionError`) with what Slurm said, and arrays already queued by the same command are
+cancelled: a sweep is submitted whole or not at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from grpokit.config.point import PointSpec
+from grpokit.runtime.status import write_json_atomic
+from grpokit.submit import slurm
+from grpokit.submit.manifest import MANIFEST, slurm_ids
+from grpokit.submit.task import RunPointTask
+from grpokit.validate.slurm_request import SlurmQueryError, array_chunks, run_slurm
+
+log = logging.getLogger(__name__)
+
+#: Slurm's default MaxArraySize, used when ``scontrol show config`` cannot be read.
+DEFAULT_MAX_ARRAY_SIZE = 1001
+_SBATCH_ERROR = re.compile(r"sbatch: error: (.*)")
+
+
+class SubmissionError(RuntimeError):
+    """Slurm refused a submission; ``str()`` is one line: what Slurm said and what to change.
+
+    Attributes:
+        cancelled: Slurm ids of arrays this submission had queued and then cancelled.
+        job_ids: per point (in the order submitted), its cancelled task's id, or None.
+    """
+
+    def __init__(self, message: str, cancelled: list[str] | None = None, job_ids: list[str | None] | None = None):
+        super().__init__(message)
+        self.cancelled = cancelled or []
+        self.job_ids = job_ids or []
+
+
+def max_array_size() -> int:
+    """Slurm's ``MaxArraySize`` (``scontrol show config``); the default 1001 when it cannot be read."""
+    try:
+        text = run_slurm(["scontrol", "show", "config"])
+    except (SlurmQueryError, OSError):
+        return DEFAULT_MAX_ARRAY_SIZE
+    m = re.search(r"^MaxArraySize\s*=\s*(\d+)", text, re.MULTILINE)
+    return int(m.group(1)) if m else DEFAULT_MAX_ARRAY_SIZE
+
+
+def plan_arrays(specs: list[PointSpec], max_size: int) -> list[list[int]]:
+    """Positions in ``specs`` per array: grouped by identical ``cluster`` sections, then chunked."""
+    groups: dict[str, list[int]] = {}
+    for i, spec in enumerate(specs):
+        groups.setdefault(json.dumps(spec.cluster, sort_keys=True, default=str), []).append(i)
+    arrays = []
+    for members in groups.values():
+        arrays += [[members[j] for j in chunk] for chunk in array_chunks(len(members), max_size)]
+    return arrays
+
+
+def _fix_for(said: str) -> str:
+    low = said.lower()
+    if "partition" in low:
+        return "set cluster.partition to one sinfo lists"
+    if "memory" in low:
+        return "lower cluster.mem_gb (scontrol show node: RealMemory)"
+    if "time limit" in low:
+        return "lower cluster.time_min (scontrol show partition: MaxTime)"
+    if "array" in low:
+        return "submit fewer points at once (scontrol show config: MaxArraySize)"
+    if "node configuration" in low:
+        return "lower cluster.gpus_per_node, cpus_per_task, mem_gb or nodes (scontrol show node)"
+    if "account" in low or "qos" in low:
+        return "set cluster.account / cluster.qos to ones you may use (sacctmgr show assoc user=$USER)"
+    return "change the cluster.* setting Slurm names"
+
+
+def slurm_said(exc: BaseException, captured: str = "") -> str:
+    """Slurm's own words from a failed sbatch (submitit's ``FailedJobError`` holds sbatch's stderr)."""
+    text = "\n".join(s for s in (str(exc), captured) if s)
+    errors = _SBATCH_ERROR.findall(text)
+    if errors:
+        return errors[-1].strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__
+
+
+def _scancel(ids: list[str]) -> None:
+    if ids:
+        subprocess.run(["scancel", *ids], capture_output=True, timeout=30, check=False)
+
+
+def submit_arrays(folder: Path, specs: list[PointSpec], *, name: str, max_size: int | None = None) -> list[str]:
+    """Submit every point; returns each point's Slurm id (``ARRAY_TASK``), in ``specs`` order.
+
+    Raises:
+        SubmissionError: sbatch (or submitit) failed; arrays this call had queued are cancelled.
+    """
+    max_size = max_size or max_array_size()
+    ids: list[str | None] = [None] * len(specs)
+    queued: list[str] = []
+    arrays = plan_arrays(specs, max_size)
+    per_request: dict[str, int] = {}
+    for members in arrays:
+        key = json.dumps(specs[members[0]].cluster, sort_keys=True, default=str)
+        per_request[key] = per_request.get(key, 0) + 1
+    for members in arrays:
+        cluster: dict[str, Any] = dict(specs[members[0]].cluster)
+        share = per_request[json.dumps(cluster, sort_keys=True, default=str)]
+        cluster["array_parallelism"] = max(1, int(cluster.get("array_parallelism") or 16) // share)
+        captured = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(captured):  # submitit prints sbatch's stderr itself
+                executor = slurm.make_executor(folder, cluster, name=name, num_points=len(members))
+                jobs = executor.map_array(RunPointTask(), [specs[i].to_json() for i in members])
+        except Exception as exc:  # submitit raises FailedJobError, OSError (no sbatch), ...
+            said = slurm_said(exc, captured.getvalue())
+            _scancel(queued)
+            undone = f"; cancelled array(s) {', '.join(queued)} it had queued" if queued else ""
+            raise SubmissionError(
+                f"Slurm refused the submission: {said}; fix: {_fix_for(said)}{undone}", cancelled=queued, job_ids=ids
+            ) from None
+        array_id = str(jobs[0].job_id).split("_")[0]
+        queued.append(array_id)
+        for i, job in zip(members, jobs, strict=True):
+            ids[i] = str(job.job_id)
+    if len(arrays) > 1:
+        log.info("submitted as %d arrays (MaxArraySize %d): %s", len(arrays), max_size, ", ".join(queued))
+    return [str(i) for i in ids]
+
+
+def _only_this_submissions_files(sweep_dir: Path, specs: list[PointSpec]) -> bool:
+    """The folder holds nothing but what the sweep command wrote for this submission."""
+    runs = {Path(s.run_dir).name for s in specs}
+    for entry in sweep_dir.iterdir():
+        if entry.name in (MANIFEST, "submissions.jsonl", "submitit"):
+            continue
+        if entry.name not in runs or not entry.is_dir() or {p.name for p in entry.iterdir()} - {"point.json"}:
+            return False
+    return True
+
+
+def after_refusal(sweep_dir: Path, specs: list[PointSpec], exc: SubmissionError) -> str:
+    """Leave the sweep folder consistent after a refused submission; returns what was done (a phrase).
+
+    - a resubmission into an existing sweep: its manifest still names the jobs it had (unchanged);
+    - a new sweep with tasks that were queued and then cancelled: the manifest records those ids
+      (status.py shows them cancelled) and the other points as not submitted;
+    - a new sweep with nothing queued: the folder is removed, as for a sweep refused by validation
+      (only when it holds nothing but this command's own files: manifest, point.json, submitit/).
+    """
+    sweep_dir = Path(sweep_dir)
+    path = sweep_dir / MANIFEST
+    if not path.exists():
+        return "nothing was submitted"
+    manifest = json.loads(path.read_text())
+    if any(p.get("job_id") for p in manifest.get("points", [])):
+        return f"nothing was submitted; {path} is unchanged"
+    if any(exc.job_ids):
+        by_index = {s.index: j for s, j in zip(specs, exc.job_ids, strict=False)}
+        for entry in manifest["points"]:
+            if by_index.get(entry["index"]):
+                entry.update(**slurm_ids(by_index[entry["index"]]))
+        manifest["submission_refused"] = str(exc)
+        write_json_atomic(path, manifest)
+        return f"{path} records the cancelled tasks"
+    if _only_this_submissions_files(sweep_dir, specs):
+        shutil.rmtree(sweep_dir, ignore_errors=True)
+        return f"nothing was submitted and no sweep folder was left ({sweep_dir} removed)"
+    return f"nothing was submitted; {sweep_dir} keeps the files it had"

@@ -24,7 +24,8 @@ verl cannot train without a CUDA GPU, so the kit's CPU tests run this instead (t
 
 Knobs (environment): ``FAKE_TRAINER_STEP_S`` (seconds per step, default 0.5),
 ``FAKE_TRAINER_CRASH_IN_SAVE`` (step whose save dies after the model shards, before data.pt and
-the tracker), ``FAKE_TRAINER_FAIL_AT`` (step at which to exit 3), ``FAKE_TRAINER_RAY_REPORT`` (file
+the tracker), ``FAKE_TRAINER_FAIL_AT`` (step at which to exit 3), ``FAKE_TRAINER_HANG_AFTER`` (step
+after which to hang: alive, no new step, in ``hang_forever``), ``FAKE_TRAINER_RAY_REPORT`` (file
 to write the Ray cluster's nodes and resources to, as seen through ``RAY_ADDRESS``),
 ``FAKE_TRAINER_PROFILE`` = ``fail-once`` (exit 3 at step 3 of the point's first run) or ``slow-once``
 (6 s a step in the point's first run), for tests of resubmission.
@@ -165,11 +166,19 @@ def call_reward(cfg: dict[str, str]) -> dict[str, float]:
     return {f"reward/{k}": float(v) for k, v in result.items()}
 
 
+def hang_forever(step: int) -> None:
+    """Alive, no new step, no exit (verl#4709: a collective that never returns)."""
+    print(f"hanging after step {step} (FAKE_TRAINER_HANG_AFTER)", file=sys.stderr, flush=True)
+    while True:
+        time.sleep(3600)
+
+
 def main() -> int:
     cfg = parse(sys.argv[1:])
     step_s = float(os.environ.get("FAKE_TRAINER_STEP_S", "0.5"))
     crash = int(os.environ["FAKE_TRAINER_CRASH_IN_SAVE"]) if os.environ.get("FAKE_TRAINER_CRASH_IN_SAVE") else None
     fail_at = int(os.environ["FAKE_TRAINER_FAIL_AT"]) if os.environ.get("FAKE_TRAINER_FAIL_AT") else None
+    hang_after = int(os.environ["FAKE_TRAINER_HANG_AFTER"]) if os.environ.get("FAKE_TRAINER_HANG_AFTER") else None
     profile = os.environ.get("FAKE_TRAINER_PROFILE", "")
     if profile and os.environ.get("GRPOKIT_RUN_DIR"):
         marker = Path(os.environ["GRPOKIT_RUN_DIR"]) / ".fake_trainer_first_run_done"
@@ -250,6 +259,8 @@ def main() -> int:
                 writer.flush()
             if "console" in loggers:
                 print(f"step:{step} - " + " - ".join(f"{k}:{v}" for k, v in data.items()), flush=True)
+            if hang_after == step:
+                hang_forever(step)
     if writer is not None:
         writer.close()
     return 0

@@ -30,10 +30,21 @@ from typing import Any
 
 from grpokit.config.point import PointSpec
 from grpokit.results.slurm_state import parse_duration
-from grpokit.runtime import completion, control, environment, procs, ray_cluster, sidecars, trainer
+from grpokit.runtime import (
+    completion,
+    control,
+    environment,
+    procs,
+    ray_cluster,
+    ray_resources,
+    shared_fs,
+    sidecars,
+    trainer,
+    watchdog,
+)
 from grpokit.runtime.metrics import read_jsonl, write_merged
 from grpokit.runtime.ports import release_ports
-from grpokit.runtime.resume import prepare_resume
+from grpokit.runtime.resume import ResumeRefused, check_world_size, prepare_resume
 from grpokit.runtime.status import StatusFile, write_json_atomic
 from grpokit.validate import gpu_plan, validate_point
 
@@ -46,9 +57,10 @@ EXIT_OK, EXIT_FAILED, EXIT_REQUEUED = 0, 1, 0
 class JobFailed(RuntimeError):
     """The attempt failed for a reason the driver can name (``ended_by`` says which kind)."""
 
-    def __init__(self, message: str, ended_by: str = "failed"):
+    def __init__(self, message: str, ended_by: str = "failed", requeue: bool = False):
         super().__init__(message)
         self.ended_by = ended_by
+        self.requeue = requeue  # the attempt ends "requeued" and the job requeues itself
 
 
 def _setup_logging(path: Path) -> None:
@@ -99,6 +111,7 @@ class Driver:
         self.cluster: ray_cluster.RayCluster | None = None
         self.sidecars: dict[str, sidecars.Sidecar] = {}
         self.trainer_proc: subprocess.Popen | None = None
+        self.stacks_dir: Path | None = None  # faulthandler files of the trainer's processes (watchdog)
         self.timings: dict[str, float] = {}
         self.t0 = time.monotonic()
 
@@ -146,6 +159,25 @@ class Driver:
             raise JobFailed("the point does not validate:\n" + "\n".join(map(str, problems)), "invalid")
         return cfg
 
+    def _check_checkpoint_folder(self) -> None:
+        """Refuse (``invalid``) a checkpoint folder that other nodes do not see, or one whose newest
+        checkpoint was saved at another GPU count than this point trains on."""
+        ckpt = Path(self.spec.checkpoint_dir)
+        nodes = environment.node_names()
+        if len(nodes) > 1:
+            missing = shared_fs.unshared_nodes(ckpt, nodes[1:])
+            if missing is None:
+                log.warning("could not check that %s is shared by nodes %s (srun failed); going on", ckpt, nodes)
+            elif missing:
+                raise JobFailed(shared_fs.problem(ckpt, nodes[0], missing), "invalid")
+            else:
+                log.info("checkpoint folder %s is visible from every node %s", ckpt, nodes)
+        nnodes, per_node = self.spec.verl_value("trainer.nnodes"), self.spec.verl_value("trainer.n_gpus_per_node")
+        try:
+            check_world_size(ckpt, int(nnodes or 1), int(per_node or 8))  # verl's defaults: 1 node, 8 GPUs
+        except ResumeRefused as exc:
+            raise JobFailed(str(exc), "invalid") from None
+
     def _start_services(self, attempt_dir: Path, base_env: dict[str, str]) -> dict[str, str]:
         nodes = environment.node_names()
         host = "127.0.0.1" if len(nodes) <= 1 else environment.node_address(nodes[0])
@@ -171,14 +203,16 @@ class Driver:
         if environment.visible_gpus():
             ray_env["CUDA_VISIBLE_DEVICES"] = ",".join(trainer_gpus)
         ray_env.update(ray_cluster.auth_env(self.run_dir / ".secrets"))
+        num_cpus = environment.cpus_for_ray(self.spec.cluster.get("cpus_per_task"))
         self.cluster = ray_cluster.start_cluster(
             log_dir=attempt_dir / "ray",
             env=ray_env,
-            num_cpus=environment.cpus_for_ray(self.spec.cluster.get("cpus_per_task")),
+            num_cpus=num_cpus,
             num_gpus=len(trainer_gpus),
             nodes=nodes,
             multi_node_host=host,
             timeout_s=float(self.spec.runtime.get("ray_start_timeout_s", 180)),
+            **ray_resources.cluster_sizes(self.spec.runtime, num_cpus),
         )
         self.timings["ray_ready_s"] = round(time.monotonic() - t, 2)
         for sc in self.sidecars.values():
@@ -206,6 +240,9 @@ class Driver:
             time.monotonic() - self.t0,
         )
         self.timings["trainer_launched_s"] = round(time.monotonic() - self.t0, 2)
+        self.stacks_dir = Path(env[watchdog.STACKS_ENV]) if env.get(watchdog.STACKS_ENV) else None
+        policy = watchdog.HangPolicy.from_runtime(self.spec.runtime)
+        hang_watch = watchdog.Watchdog(policy, attempt_dir / "metrics.jsonl") if policy else None
         while True:
             rc = self.trainer_proc.poll()
             if rc is not None:
@@ -230,7 +267,46 @@ class Driver:
             if self.cluster is not None and not self.cluster.alive():
                 procs.stop_tree(self.trainer_proc.pid, self.grace_s, name="trainer")
                 raise JobFailed("the job's Ray cluster died while the trainer ran; see attempts/*/ray/", "ray_failed")
+            if hang_watch is not None and (hang := hang_watch.poll()) is not None:
+                self._stop_hung_trainer(hang, attempt_dir)
             time.sleep(0.5)
+
+    def _stop_hung_trainer(self, hang: watchdog.Hang, attempt_dir: Path) -> None:
+        """Dump the stacks of the hung trainer's processes, stop it, raise ``hung`` (requeued within
+        the time-out budget ``runtime.max_timeout_requeues``, which hangs share, else failed)."""
+        log.error("trainer hung: %s; dumping stacks", hang.describe())
+        stacks = attempt_dir / watchdog.STACKS_FILE
+        remote = []
+        if self.cluster is not None:
+            remote = [
+                (n, watchdog.remote_dump_command(n, self.cluster.address, self.stacks_dir))
+                for n in self.cluster.nodes[1:]
+            ]
+        try:
+            local = watchdog.local_targets(self.trainer_proc.pid, self.cluster.head.pid if self.cluster else None)
+            size = watchdog.write_stacks_file(stacks, hang, local, self.stacks_dir, remote)
+            where = f"stacks of {len(local)} process(es) here, {len(remote)} other node(s) in {stacks} ({size} bytes)"
+        except Exception as exc:  # the stop must happen whatever the dump did
+            log.exception("stack dump failed")
+            where = f"no stacks ({type(exc).__name__}: {exc})"
+        procs.stop_tree(self.trainer_proc.pid, self.grace_s, name="trainer")
+        status = StatusFile(self.run_dir).data  # counted as _interrupted_outcome counts time-outs
+        since = status.get("resubmission")
+        used = sum(
+            1
+            for a in status["attempts"][:-1]
+            if a.get("ended_by") in ("timeout", "hung") and a.get("resubmission") == since
+        )
+        allowed = int(self.spec.runtime.get("max_timeout_requeues", 3))
+        requeue = environment.in_slurm() and used < allowed
+        then = (
+            f"requeued ({used + 1} of runtime.max_timeout_requeues={allowed} time-out/hang requeues)"
+            if requeue
+            else f"not requeued (runtime.max_timeout_requeues={allowed} spent)"
+            if environment.in_slurm()
+            else "run the same command again to resume"
+        )
+        raise JobFailed(f"trainer hung: {hang.describe()}; {where}; trainer stopped, {then}", "hung", requeue)
 
     # -- outcome -----------------------------------------------------------------------------------
     def _interrupted_outcome(self, status: StatusFile) -> tuple[str, str, bool]:
@@ -273,6 +349,7 @@ class Driver:
             # sidecars come up; the trainer starts only once it passed.
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="validate") as pool:
                 validation = pool.submit(self._validate)
+                self._check_checkpoint_folder()  # before anything in it is changed
                 keep = self.spec.verl_value("trainer.max_actor_ckpt_to_keep")
                 resume = prepare_resume(
                     Path(self.spec.checkpoint_dir), keep=int(keep) if keep not in (None, "null") else None
@@ -323,6 +400,8 @@ class Driver:
                     )
         except JobFailed as exc:
             ended_by, reason = exc.ended_by, str(exc)
+            if exc.requeue:
+                state, requeue = "requeued", True
             log.error("%s", exc)
         except (sidecars.SidecarError, ray_cluster.RayStartError) as exc:
             ended_by = "sidecar_failed" if isinstance(exc, sidecars.SidecarError) else "ray_failed"
@@ -360,6 +439,8 @@ class Driver:
         return EXIT_OK if state in ("completed", "skipped_no_gpu") else EXIT_FAILED
 
     def _teardown(self) -> None:
+        if self.stacks_dir is not None:
+            watchdog.tidy_stacks_dir(self.stacks_dir)
         if self.trainer_proc is not None:
             procs.stop_tree(self.trainer_proc.pid, self.grace_s, name="trainer")
         sidecars.stop(self.sidecars, self.grace_s)

@@ -27,7 +27,8 @@ from grpokit.runtime import ports, procs
 
 log = logging.getLogger(__name__)
 
-#: Ray worker processes each take one port of this block.
+#: Ray worker processes each take one port of this block; its size comes from the node's CPUs
+#: (:func:`grpokit.runtime.ray_resources.worker_port_count`), this is the default.
 WORKER_PORT_BLOCK = 200
 _PORT_NAMES = (
     "gcs",
@@ -59,8 +60,8 @@ def short_temp_dir() -> Path:
     raise RayStartError("no writable short temp dir (/tmp, /dev/shm) for Ray's sockets")
 
 
-def port_args(p: dict[str, int], worker_block_start: int) -> list[str]:
-    """``ray start`` flags for every port Ray opens on a node."""
+def port_args(p: dict[str, int], worker_block_start: int, worker_ports: int = WORKER_PORT_BLOCK) -> list[str]:
+    """``ray start`` flags for every port Ray opens on a node (``worker_ports`` ports for workers)."""
     args = [
         f"--node-manager-port={p['node_manager']}",
         f"--object-manager-port={p['object_manager']}",
@@ -69,7 +70,7 @@ def port_args(p: dict[str, int], worker_block_start: int) -> list[str]:
         f"--dashboard-agent-grpc-port={p['dashboard_agent_grpc']}",
         f"--runtime-env-agent-port={p['runtime_env_agent']}",
         f"--min-worker-port={worker_block_start}",
-        f"--max-worker-port={worker_block_start + WORKER_PORT_BLOCK - 1}",
+        f"--max-worker-port={worker_block_start + worker_ports - 1}",
     ]
     return args
 
@@ -86,9 +87,9 @@ def ray_cli() -> list[str]:
     return [sys.executable, "-m", "ray.scripts.scripts"]
 
 
-def reserve_node_ports(host: str) -> tuple[dict[str, int], int]:
+def reserve_node_ports(host: str, worker_ports: int = WORKER_PORT_BLOCK) -> tuple[dict[str, int], int]:
     """Ports for one Ray node (names of :data:`_PORT_NAMES`) and its worker port block's start."""
-    *singles, block = ports.reserve_ports(len(_PORT_NAMES), contiguous=WORKER_PORT_BLOCK, host=host)
+    *singles, block = ports.reserve_ports(len(_PORT_NAMES), contiguous=worker_ports, host=host)
     return dict(zip(_PORT_NAMES, singles, strict=True)), block
 
 
@@ -116,13 +117,16 @@ class RayCluster:
     head: subprocess.Popen
     workers: list[subprocess.Popen]
     nodes: list[str]
+    worker_ports: int = WORKER_PORT_BLOCK
+    object_store_bytes: int | None = None
 
     def endpoints(self) -> dict:
         return {
             "address": self.address,
             "host": self.host,
             "ports": self.ports,
-            "worker_ports": [self.worker_port_block, self.worker_port_block + WORKER_PORT_BLOCK - 1],
+            "worker_ports": [self.worker_port_block, self.worker_port_block + self.worker_ports - 1],
+            "object_store_bytes": self.object_store_bytes,
             "temp_dir": str(self.temp_dir),
             "nodes": self.nodes,
         }
@@ -171,6 +175,8 @@ def start_cluster_once(
     nodes: list[str],
     multi_node_host: str | None,
     timeout_s: float,
+    object_store_bytes: int | None = None,
+    worker_ports: int = WORKER_PORT_BLOCK,
 ) -> RayCluster:
     """Start the head here (and a worker on each other node of ``nodes``) and wait until ready.
 
@@ -181,13 +187,17 @@ def start_cluster_once(
         nodes: the allocation's host names, this node first; one node binds Ray to loopback.
         multi_node_host: this node's address that the other nodes reach (several nodes only).
         timeout_s: deadline for every node and its GPUs to register.
+        object_store_bytes: ``--object-store-memory`` of every node (None: Ray's own default),
+            sized from the job's memory by :mod:`grpokit.runtime.ray_resources`.
+        worker_ports: size of each node's worker port range.
 
     Raises:
         RayStartError: a Ray process exited or the deadline passed; the log tail is included.
     """
     host = "127.0.0.1" if len(nodes) <= 1 else (multi_node_host or "127.0.0.1")
     temp_dir = short_temp_dir()
-    node_ports, block = reserve_node_ports(host)
+    node_ports, block = reserve_node_ports(host, worker_ports)
+    store_args = [f"--object-store-memory={object_store_bytes}"] if object_store_bytes else []
     address = f"{host}:{node_ports['gcs']}"
     head_cmd = [
         *ray_cli(),
@@ -202,7 +212,8 @@ def start_cluster_once(
         f"--num-gpus={num_gpus}",
         f"--temp-dir={temp_dir}",
         "--disable-usage-stats",
-        *port_args(node_ports, block),
+        *store_args,
+        *port_args(node_ports, block, worker_ports),
     ]
     log.info("ray head: %s", " ".join(head_cmd))
     head = procs.start(head_cmd, log_dir / "ray_head.log", env=env)
@@ -215,6 +226,8 @@ def start_cluster_once(
         head=head,
         workers=[],
         nodes=list(nodes),
+        worker_ports=worker_ports,
+        object_store_bytes=object_store_bytes,
     )
     try:
         for node in nodes[1:]:
@@ -231,6 +244,8 @@ def start_cluster_once(
                 f"--address={address}",
                 f"--num-cpus={num_cpus}",
                 f"--num-gpus={num_gpus}",
+                f"--worker-ports={worker_ports}",
+                *store_args,
             ]
             log.info("ray worker on %s: %s", node, " ".join(worker_cmd))
             cluster.workers.append(procs.start(worker_cmd, log_dir / f"ray_worker_{node}.log", env=env))

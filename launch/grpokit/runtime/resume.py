@@ -27,6 +27,43 @@ def _write_tracker(ckpt_dir: Path, step: int) -> None:
     os.replace(tmp, ckpt_dir / TRACKER_FILE)
 
 
+class ResumeRefused(ValueError):
+    """The checkpoint folder cannot be resumed by this point as it is configured (message: why, and the fix)."""
+
+
+def check_world_size(ckpt_dir: Path, nnodes: int, gpus_per_node: int) -> int | None:
+    """Refuse to resume a checkpoint saved by another number of GPU ranks; returns the resume step.
+
+    verl's FSDP checkpoint has one shard per rank (``model_world_size_<W>_rank_<r>.pt``) and each
+    rank loads the file of its own rank at the current world size: with another GPU count the
+    trainer dies on a missing file, or would resume a mismatched shard layout.
+
+    Args:
+        ckpt_dir: verl's ``trainer.default_local_dir``.
+        nnodes, gpus_per_node: ``trainer.nnodes`` and ``trainer.n_gpus_per_node`` of the point.
+
+    Returns:
+        The step that will be resumed (None when there is no complete checkpoint).
+
+    Raises:
+        ResumeRefused: the newest complete checkpoint's world size differs from nnodes x gpus_per_node.
+    """
+    best = latest_complete(ckpt_dir)
+    if best is None:
+        return None
+    world = nnodes * gpus_per_node
+    if best.world_size is None or best.world_size == world:
+        return best.step
+    raise ResumeRefused(
+        f"checkpoint {best.path} was saved by {best.world_size} GPU ranks "
+        f"(model_world_size_{best.world_size}_rank_*.pt) but this attempt trains on {world} "
+        f"(trainer.nnodes={nnodes} x trainer.n_gpus_per_node={gpus_per_node}); verl's FSDP checkpoints load only "
+        "at the world size they were saved with. Fix: resume with the same GPU count "
+        f"({best.world_size} GPUs in all), or start a fresh point (another sweep_name), e.g. from the merged model "
+        f"of this step (launch/merge.py <run folder>, then model.path=<run folder>/hf). {ckpt_dir} was left as it was."
+    )
+
+
 def prepare_resume(ckpt_dir: Path, keep: int | None = None) -> dict:
     """Repair the tracker, set partial checkpoints aside and prune; returns what was done.
 

@@ -35,6 +35,8 @@ def environment(run_dir: Path, attempt_dir: Path) -> dict[str, str]:
         "TENSORBOARD_DIR": str(attempt_dir / "tensorboard"),
         control.ENV: str(control.control_dir(run_dir)),
         "GRPOKIT_RUN_DIR": str(run_dir),
+        # the kit's faulthandler files in verl's Ray workers (grpokit.runtime.watchdog, hang stacks)
+        "GRPOKIT_STACKS_DIR": str(attempt_dir / "stacks"),
         "PYTHONUNBUFFERED": "1",
     }
 

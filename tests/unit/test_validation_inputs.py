@@ -90,6 +90,36 @@ def test_arrays_are_split_at_max_array_size():
     assert array_chunks(3, 64) == [range(0, 3)]
 
 
+def test_arrays_per_request_share_the_parallelism_and_the_dry_run_shows_them():
+    from grpokit.config.point import PointSpec
+    from grpokit.submit.arrays import array_requests, dry_run_section
+
+    def spec(i: int, mem: int) -> PointSpec:
+        cluster = {**REQUEST, "mem_gb": mem, "time_min": 5, "signal_lead_s": 60, "array_parallelism": 4}
+        return PointSpec(
+            sweep_name="s",
+            index=i,
+            name=f"{i:03d}",
+            run_dir=f"/r/{i}",
+            checkpoint_dir=f"/r/{i}/c",
+            kit_overrides=[],
+            swept={},
+            verl_overrides=[],
+            experiment={},
+            model={},
+            cluster=cluster,
+            runtime={},
+            sidecars={},
+        )
+
+    specs = [spec(0, 1), spec(1, 2), spec(2, 1), spec(3, 1)]  # cluster.mem_gb=1,2,1,1 swept
+    arrays = array_requests(specs, max_size=2)
+    assert [(m, c["mem_gb"], c["array_parallelism"]) for m, c in arrays] == [([0, 2], 1, 2), ([3], 1, 2), ([1], 2, 4)]
+    text = "\n".join(dry_run_section(specs, max_size=2))
+    assert text.startswith("## Slurm request (3 arrays)") and text.count("#SBATCH --array=") == 3
+    assert "#SBATCH --array=0-1%2" in text and "#SBATCH --mem=2GB" in text
+
+
 # --- the command line (before Hydra) --------------------------------------------------------------
 
 

@@ -86,3 +86,18 @@ def raise_unresolvable(exc: Exception, point: str, kit_overrides: list[str]) -> 
             break
     fix = f"set {key} to a value of the right type" if key != derived_key else f"check {key} and what it derives from"
     raise SweepValidationError([Problem(point, key, f"{derived_key} cannot be computed: {message}", fix)])
+
+
+#: verl's data caps (rows read from the train / validation files; -1 reads every row).
+DATA_CAPS = ("data.train_max_samples", "data.val_max_samples")
+
+
+def data_caps(spec) -> str | None:
+    """A line naming the point's data caps and the override that lifts them; None without caps."""
+    caps = [(key, spec.verl_value(key)) for key in DATA_CAPS]
+    caps = [(k, v) for k, v in caps if v not in (None, "-1", "null")]
+    if not caps:
+        return None
+    set_ = ", ".join(f"verl.{k}={v}" for k, v in caps)
+    lift = " ".join(f"verl.{k}=-1" for k, _ in caps)
+    return f"data caps: {set_}; to read every row: {lift}"

@@ -70,6 +70,26 @@ def plan_arrays(specs: list[PointSpec], max_size: int) -> list[list[int]]:
     return arrays
 
 
+def array_requests(specs: list[PointSpec], max_size: int) -> list[tuple[list[int], dict[str, Any]]]:
+    """Each array: its points' positions in ``specs`` and its ``cluster`` section, whose
+    ``array_parallelism`` is its share of the request's (``max(1, array_parallelism // arrays)``)."""
+    arrays = plan_arrays(specs, max_size)
+
+    def request(members: list[int]) -> str:
+        return json.dumps(specs[members[0]].cluster, sort_keys=True, default=str)
+
+    counts: dict[str, int] = {}
+    for members in arrays:
+        counts[request(members)] = counts.get(request(members), 0) + 1
+    out = []
+    for members in arrays:
+        cluster: dict[str, Any] = dict(specs[members[0]].cluster)
+        share = int(cluster.get("array_parallelism") or 16) // counts[request(members)]
+        cluster["array_parallelism"] = max(1, share)
+        out.append((members, cluster))
+    return out
+
+
 def _fix_for(said: str) -> str:
     low = said.lower()
     if "partition" in low:
@@ -111,15 +131,8 @@ def submit_arrays(folder: Path, specs: list[PointSpec], *, name: str, max_size: 
     max_size = max_size or max_array_size()
     ids: list[str | None] = [None] * len(specs)
     queued: list[str] = []
-    arrays = plan_arrays(specs, max_size)
-    per_request: dict[str, int] = {}
-    for members in arrays:
-        key = json.dumps(specs[members[0]].cluster, sort_keys=True, default=str)
-        per_request[key] = per_request.get(key, 0) + 1
-    for members in arrays:
-        cluster: dict[str, Any] = dict(specs[members[0]].cluster)
-        share = per_request[json.dumps(cluster, sort_keys=True, default=str)]
-        cluster["array_parallelism"] = max(1, int(cluster.get("array_parallelism") or 16) // share)
+    arrays = array_requests(specs, max_size)
+    for members, cluster in arrays:
         captured = io.StringIO()
         try:
             with contextlib.redirect_stderr(captured):  # submitit prints sbatch's stderr itself
@@ -180,3 +193,25 @@ def after_refusal(sweep_dir: Path, specs: list[PointSpec], exc: SubmissionError)
         shutil.rmtree(sweep_dir, ignore_errors=True)
         return f"nothing was submitted and no sweep folder was left ({sweep_dir} removed)"
     return f"nothing was submitted; {sweep_dir} keeps the files it had"
+
+
+def dry_run_section(specs: list[PointSpec], max_size: int | None = None) -> list[str]:
+    """``dry_run.md`` lines: each array the sweep would be submitted as, with its ``#SBATCH`` request."""
+    if not specs or specs[0].cluster.get("kind") != "slurm":
+        return []
+    max_size = max_size or max_array_size()
+    arrays = array_requests(specs, max_size)
+    head = "## Slurm request (one array)" if len(arrays) == 1 else f"## Slurm request ({len(arrays)} arrays)"
+    lines = [head]
+    if len(arrays) > 1:
+        lines.append(
+            f"{len(specs)} points in {len(arrays)} arrays (Slurm's MaxArraySize is {max_size}; points whose "
+            "cluster settings differ cannot share one); cluster.array_parallelism is shared between them."
+        )
+    for members, cluster in arrays:
+        first, last = specs[members[0]].name, specs[members[-1]].name
+        if len(arrays) > 1:
+            lines.append(f"### points {first} .. {last} ({len(members)})" if len(members) > 1 else f"### point {first}")
+        preview = slurm.sbatch_preview(cluster, name=specs[0].sweep_name, num_points=len(members))
+        lines += ["```", preview, "```", ""]
+    return lines

@@ -15,7 +15,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpokit.config.point import PointSpec, build_point, kit_notices
 from grpokit.paths import CONFIG_DIR
-from grpokit.submit import slurm
 from grpokit.submit.manifest import write_manifest
 from grpokit.submit.task import RunPointTask
 from grpokit.validate import Problem, SweepValidationError, validate_points
@@ -77,21 +76,18 @@ def check_picklable(specs: list[PointSpec]) -> None:
 
 def write_dry_run(sweep_dir: Path, specs: list[PointSpec], cluster: dict[str, Any]) -> Path:
     """``dry_run.md``: per point, the verl command line and the Slurm request."""
+    from grpokit.config.explicit import data_caps
     from grpokit.runtime import trainer
+    from grpokit.submit.arrays import dry_run_section
 
     lines = [f"# Dry run of sweep {specs[0].sweep_name}: {len(specs)} point(s), nothing submitted", ""]
     lines += [f"Note: {notice}\n" for notice in kit_notices(specs)]  # what the kit changed on its own
-    if cluster.get("kind") == "slurm":
-        lines += [
-            "## Slurm request (one array)",
-            "```",
-            slurm.sbatch_preview(cluster, name=specs[0].sweep_name, num_points=len(specs)),
-            "```",
-            "",
-        ]
+    lines += dry_run_section(specs)  # one array per request and MaxArraySize, as submit_slurm sends them
     for spec in specs:
         cmd = trainer.command(spec, [])
-        lines += [f"## {spec.name}", f"run folder: {spec.run_dir}", "", "```", " \\\n  ".join(cmd), "```", ""]
+        caps = data_caps(spec)
+        lines += [f"## {spec.name}", f"run folder: {spec.run_dir}", *([caps] if caps else []), ""]
+        lines += ["```", " \\\n  ".join(cmd), "```", ""]
     path = sweep_dir / "dry_run.md"
     path.write_text("\n".join(lines))
     return path

@@ -167,6 +167,8 @@ def test_a_plus_key_the_kit_already_sets_is_an_update():
     assert problems == [] and out == [f"++{key}=eager", "verl.data.train_batch_size=8"]
     out, problems = check([f"{key}=sdpa"])  # no +: the kit's file has it, so it is a plain override
     assert problems == [] and out == [f"{key}=sdpa"]
+    out, problems = check(["cluster=slurm", "cluster.additional_sbatch={exclusive:true}"])  # as slurm.yaml says
+    assert problems == [] and out[1] == "++cluster.additional_sbatch={exclusive:true}"
     _, problems = check(["verl.actor_rollout_ref.model.override_config.rope_theta=1"])
     assert "add it with +verl.actor_rollout_ref.model.override_config.rope_theta" in problems[0].fix
 

@@ -121,6 +121,13 @@ def _sets(yaml_text: str, key: str) -> bool:
     return bool(re.search(rf"^{re.escape(key)}:", yaml_text, re.MULTILINE))
 
 
+def _is_mapping_with_new_keys(node, values: list[Any]) -> bool:
+    if not OmegaConf.is_dict(node):
+        return False
+    have = set(node.keys())  # noqa: SIM118
+    return any(isinstance(v, dict) and set(v) - have for v in values)
+
+
 def _type_problem(key: str, value: Any, current: Any) -> Problem | None:
     """A value whose type cannot be what the key holds (an int where text came, ...)."""
     if value is None or current is None:
@@ -207,6 +214,10 @@ def check(argv: list[str]) -> tuple[list[str], list[Problem]]:
             continue
         if o.is_add():
             out[pos] = "+" + argv[pos]  # the kit already sets it: an update, not an append
+        elif not o.is_force_add() and _is_mapping_with_new_keys(nodes[0], _values(o)):
+            # key={a:1} on a mapping without `a` (cluster.additional_sbatch={exclusive:true}): Hydra's
+            # struct mode refuses the new key; merging it in is what the user asked for
+            out[pos] = "++" + argv[pos]
         current = _resolved(configs[0], key)
         default = base.get(key[len("verl.") :], current) if key.startswith("verl.") else current
         for value in _values(o):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import logging
 import os
 from pathlib import Path
 
@@ -32,6 +33,10 @@ def _lean_imports() -> None:
     # image has JAX): seconds per process for frameworks the kit never uses.
     os.environ.setdefault("USE_TF", "0")
     os.environ.setdefault("USE_JAX", "0")
+    # ...and logs "Disabling Tensorflow/JAX because ..." at INFO on import: noise in every command.
+    datasets_log = logging.getLogger("datasets")
+    if datasets_log.level == logging.NOTSET:
+        datasets_log.setLevel(logging.WARNING)
 
 
 def compose_verl(overrides: list[str]) -> DictConfig:

@@ -14,7 +14,8 @@ from verl.tools.schemas import OpenAIFunctionToolSchema
 from verl.utils.tokenizer.continuous_token import QwenContinuousTokenBuilder
 
 from grpokit.models import build_model, build_tokenizer, count_parameters, model_config, resolve_shape
-from grpokit.models.tiny import QWEN_SPECIAL_TOKENS, TOOL_MEMORY_TOOLS, iter_texts
+from grpokit.models.tiny import QWEN_SPECIAL_TOKENS, TOOL_MEMORY_TOOLS, _write_processor_files, iter_texts
+from grpokit.validate.model_checks import model_positions
 
 # A tool whose parameters have several JSON-schema types, so the parser's type conversion is exercised.
 LOOKUP_TOOL = {
@@ -212,22 +213,52 @@ def test_tiny_qwen35_shape_loads_and_runs_forward_on_cpu(tmp_path: Path) -> None
         assert torch.isfinite(model(input_ids=ids).logits).all()
 
 
-def test_qwen35_08b_shape_has_the_stated_parameter_count_without_allocating() -> None:
+def test_qwen35_08b_shape_is_the_published_multimodal_form_with_the_stated_parameter_count(
+    tmp_path: Path,
+) -> None:
+    # The full-shape model is 1.7 GB of weights: the config is written and read back and the
+    # parameters are counted on the meta device (build_model writes the weights of this config).
     shape = resolve_shape("qwen3.5-0.8b")
     tokenizer = build_tokenizer(
         ["a b c"], shape.vocab_size, first_special_id=shape.first_special_id, bpe_vocab_size=300
     )
-    config = model_config(shape, tokenizer)
-    # The text model: 752,393,024 parameters (tied embeddings counted once), see SHAPES' comment.
-    assert count_parameters(config) == 752_393_024
-    assert config.architectures == ["Qwen3_5ForCausalLM"]
-    assert (config.hidden_size, config.intermediate_size, config.num_hidden_layers) == (1024, 3584, 24)
-    assert (config.num_attention_heads, config.num_key_value_heads, config.head_dim) == (8, 2, 256)
-    assert config.layer_types.count("full_attention") == 6 and config.layer_types[3] == "full_attention"
-    assert config.rope_parameters["rope_theta"] == 1e7 and config.rope_parameters["partial_rotary_factor"] == 0.25
-    assert tokenizer.convert_tokens_to_ids("<|im_end|>") == config.eos_token_id == 248_046
-    round_trip = AutoConfig.for_model(**config.to_dict())
-    assert round_trip.vocab_size == len(tokenizer) == 248_320
+    model_config(shape, tokenizer).save_pretrained(tmp_path)
+    written = json.loads((tmp_path / "config.json").read_text())
+    assert written["architectures"] == ["Qwen3_5ForConditionalGeneration"] and written["model_type"] == "qwen3_5"
+    assert written["dtype"] == "bfloat16" and written["text_config"]["dtype"] == "bfloat16"
+    vision = written["vision_config"]
+    assert (vision["depth"], vision["hidden_size"], vision["intermediate_size"]) == (12, 768, 3072)
+    assert (vision["num_heads"], vision["out_hidden_size"], vision["patch_size"]) == (12, 1024, 16)
+    assert written["image_token_id"] == tokenizer.convert_tokens_to_ids("<|image_pad|>") == 248_056
+    assert written["vision_start_token_id"] == tokenizer.convert_tokens_to_ids("<|vision_start|>") == 248_053
+    # What the kit's validation reads for the longest sequence (text_config.max_position_embeddings).
+    assert model_positions(written) == (262_144, "text_config.max_position_embeddings")
+
+    config = AutoConfig.from_pretrained(tmp_path)
+    text = config.text_config
+    assert text.vocab_size == len(tokenizer) == 248_320
+    assert (text.hidden_size, text.intermediate_size, text.num_hidden_layers) == (1024, 3584, 24)
+    assert (text.num_attention_heads, text.num_key_value_heads, text.head_dim) == (8, 2, 256)
+    assert text.layer_types.count("full_attention") == 6 and text.layer_types[3] == "full_attention"
+    assert text.rope_parameters["rope_theta"] == 1e7 and text.rope_parameters["partial_rotary_factor"] == 0.25
+    assert tokenizer.convert_tokens_to_ids("<|im_end|>") == text.eos_token_id == 248_046
+    # The reference run's 852.99 M; its language model 752,393,024 (tied embeddings counted once).
+    assert count_parameters(config) == 852_985_920
+    assert count_parameters(text) == 752_393_024
+
+
+def test_multimodal_shape_writes_the_processor_files_vllm_and_verl_load(tmp_path: Path) -> None:
+    shape = resolve_shape("qwen3.5-0.8b")
+    tokenizer = build_tokenizer(
+        ["a b c"], shape.vocab_size, first_special_id=shape.first_special_id, bpe_vocab_size=300
+    )
+    _write_processor_files(tmp_path, model_config(shape, tokenizer))
+    image = json.loads((tmp_path / "preprocessor_config.json").read_text())
+    video = json.loads((tmp_path / "video_preprocessor_config.json").read_text())
+    assert image["processor_class"] == video["processor_class"] == "Qwen3VLProcessor"
+    assert image["image_processor_type"] == "Qwen2VLImageProcessorFast"
+    assert video["video_processor_type"] == "Qwen3VLVideoProcessor"
+    assert image["patch_size"] == video["patch_size"] == 16 and image["merge_size"] == 2
 
 
 def test_unknown_shape_names_the_valid_ones() -> None:

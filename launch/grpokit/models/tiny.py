@@ -12,9 +12,13 @@ merge, serving) in minutes; it learns nothing (random weights score 0). Shapes (
 - ``tiny-qwen3.5``: the same size in the Qwen3.5 text architecture (``Qwen3_5ForCausalLM``:
   gated attention, Gated DeltaNet linear-attention layers, partial rotary); needs transformers
   with ``transformers.models.qwen3_5``.
-- ``qwen3.5-0.8b``: the Qwen3.5 text architecture at the 0.8B size, 752,393,024 parameters
-  (embeddings tied); the official multimodal wrapper with its vision tower has 852.99 M. Like
-  ``tiny-qwen3.5`` it loads in transformers (FSDP actor) but not in vLLM 0.24.0's rollout.
+- ``qwen3.5-0.8b``: the architecture of the published Qwen/Qwen3.5-0.8B checkpoint: the
+  multimodal ``Qwen3_5ForConditionalGeneration`` (config ``model_type`` ``qwen3_5``, the text
+  model under ``text_config``, a 12-layer vision tower under ``vision_config``), 852,985,920
+  parameters of which 752,393,024 are the language model (embeddings tied); vocab 248,320.
+  Written with the processor files of the published checkpoint (``preprocessor_config.json``,
+  ``video_preprocessor_config.json``: ``Qwen3VLProcessor``), so vLLM's rollout and verl's FSDP
+  actor load it through the same code paths as the real model.
 
 The tokenizer has exactly ``vocab_size`` tokens: byte-level BPE trained on the given text, then
 ``<|reserved_N|>`` filler tokens (N = the id; never produced by encoding), then Qwen's special
@@ -105,11 +109,15 @@ class ModelShape:
 
     like: str
     model_type: str  # transformers config model_type; its class comes from AutoConfig
-    architecture: str  # the class AutoModelForCausalLM builds, written to config.json
+    architecture: str  # the class written to config.json (the wrapper's for a multimodal shape)
     vocab_size: int  # embedding rows == len(tokenizer)
     first_special_id: int  # id of <|endoftext|>; Qwen's special tokens follow it
     bpe_vocab_size: int  # BPE tokens learnt from the text at most (ids below first_special_id)
     config: dict[str, Any] = field(default_factory=dict)  # the config class's other fields
+    # Multimodal wrapper (None: a text-only causal LM). When set, `model_type`/`config` describe the
+    # text model, written under the wrapper's ``text_config``, and `architecture` is the wrapper's.
+    wrapper_model_type: str | None = None
+    vision_config: dict[str, Any] | None = None
 
 
 SHAPES: dict[str, ModelShape] = {
@@ -171,7 +179,22 @@ SHAPES: dict[str, ModelShape] = {
     "qwen3.5-0.8b": ModelShape(
         like="qwen3.5-0.8b",
         model_type="qwen3_5_text",
-        architecture="Qwen3_5ForCausalLM",
+        architecture="Qwen3_5ForConditionalGeneration",  # [C]; vLLM 0.24 loads only this form
+        wrapper_model_type="qwen3_5",  # [C]
+        vision_config={  # [C]
+            "depth": 12,
+            "hidden_size": 768,
+            "intermediate_size": 3072,
+            "num_heads": 12,
+            "out_hidden_size": 1024,
+            "hidden_act": "gelu_pytorch_tanh",
+            "in_channels": 3,
+            "patch_size": 16,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "num_position_embeddings": 2304,
+            "deepstack_visual_indexes": [],
+        },
         vocab_size=248_320,  # [P]
         first_special_id=248_044,  # [C] <|endoftext|>; cf. Qwen3_5Config.image_token_id 248056
         bpe_vocab_size=8192,  # ours: the rest of the ids below 248044 are fillers
@@ -294,6 +317,10 @@ def chat_template() -> str:
 def model_config(shape: ModelShape, tokenizer: PreTrainedTokenizerFast) -> PreTrainedConfig:
     """The transformers config of `shape`, with token ids and vocab size from `tokenizer`.
 
+    For a multimodal shape (``shape.wrapper_model_type``) this is the wrapper's config: the text
+    config under ``text_config``, ``shape.vision_config`` under ``vision_config``, the vision
+    token ids from `tokenizer`.
+
     Raises ValueError when `tokenizer` has not exactly ``shape.vocab_size`` tokens, and
     RuntimeError when the installed transformers lacks ``shape.model_type``.
     """
@@ -315,18 +342,41 @@ def model_config(shape: ModelShape, tokenizer: PreTrainedTokenizerFast) -> PreTr
             f"transformers {transformers.__version__} has no model_type {shape.model_type!r} needed by "
             f"like={shape.like}; install a transformers that has it or pick like=tiny-qwen3"
         ) from error
-    config.architectures = [shape.architecture]
     config.dtype = torch.bfloat16
+    if shape.wrapper_model_type is not None:
+        config.architectures = None  # the text config inside the wrapper names no class
+        ids = tokenizer.convert_tokens_to_ids
+        config = AutoConfig.for_model(
+            shape.wrapper_model_type,
+            text_config=config.to_dict(),
+            vision_config=dict(shape.vision_config or {}),
+            image_token_id=ids("<|image_pad|>"),
+            video_token_id=ids("<|video_pad|>"),
+            vision_start_token_id=ids("<|vision_start|>"),
+            vision_end_token_id=ids("<|vision_end|>"),
+            tie_word_embeddings=shape.config.get("tie_word_embeddings", False),
+        )
+        config.dtype = torch.bfloat16
+    config.architectures = [shape.architecture]
     return config
 
 
-def count_parameters(config: PreTrainedConfig) -> int:
-    """Parameters of the causal LM `config` builds, counted on the meta device (no memory).
+def _model_class(config: PreTrainedConfig) -> Any:
+    """The transformers class named by ``config.architectures[0]``."""
+    import transformers
 
-    Tied weights count once.
+    return getattr(transformers, config.architectures[0])
+
+
+def count_parameters(config: PreTrainedConfig) -> int:
+    """Parameters of the model `config` builds (its ``architectures[0]`` class, or the causal LM
+    of a text config), counted on the meta device (no memory). Tied weights count once.
     """
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+        if config.architectures:
+            model = _model_class(config)._from_config(config)
+        else:
+            model = AutoModelForCausalLM.from_config(config)
     return sum(p.numel() for p in model.parameters())
 
 
@@ -340,7 +390,8 @@ def build_model(
 
     Writes config.json (architectures, dtype/torch_dtype bfloat16, token ids of the
     tokenizer), generation_config.json, model.safetensors (bf16, initialised with
-    `torch.manual_seed(seed)`), tokenizer.json + tokenizer_config.json (chat template inside).
+    `torch.manual_seed(seed)`), tokenizer.json + tokenizer_config.json (chat template inside);
+    for a multimodal shape also the processor files (`PROCESSOR_FILES`).
     `tokenizer_data`: text files or folders (see `iter_texts`); None uses
     `default_tokenizer_data()`. Prompt scaffolding (tool-memory prompts, the chat template's
     tool-call format) is always added. Time: seconds for tiny; about a minute and 1.5 GB for
@@ -360,7 +411,7 @@ def build_model(
     config = model_config(shape, tokenizer)
 
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model = _model_class(config)._from_config(config, dtype=torch.bfloat16)
     n_params = sum(p.numel() for p in model.parameters())
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
@@ -372,9 +423,42 @@ def build_model(
         pad_token_id=tokenizer.pad_token_id,
     ).save_pretrained(out)
     _patch_json(out / "config.json", torch_dtype="bfloat16")
+    if shape.wrapper_model_type is not None:
+        _write_processor_files(out, config)
     _patch_json(out / "tokenizer_config.json", tokenizer_class="PreTrainedTokenizerFast")
     log.info("built %s (%s, %.2f M parameters, seed %d) in %s", like, shape.architecture, n_params / 1e6, seed, out)
     return out
+
+
+# The processor files of the published Qwen3.5 checkpoints (Qwen3-VL's processor): vLLM builds
+# the multimodal processor from them at engine start, verl's `hf_processor` loads them. Written
+# as JSON: building the processor objects needs torchvision, which the kit does not require.
+_MEDIA = {"temporal_patch_size": 2, "merge_size": 2, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}
+PROCESSOR_FILES: dict[str, dict[str, Any]] = {
+    "preprocessor_config.json": {
+        **_MEDIA,
+        "size": {"longest_edge": 16_777_216, "shortest_edge": 65_536},
+        "image_processor_type": "Qwen2VLImageProcessorFast",
+        "processor_class": "Qwen3VLProcessor",
+    },
+    "video_preprocessor_config.json": {
+        **_MEDIA,
+        "size": {"longest_edge": 25_165_824, "shortest_edge": 4096},
+        "fps": 2,
+        "min_frames": 4,
+        "max_frames": 768,
+        "do_sample_frames": True,
+        "video_processor_type": "Qwen3VLVideoProcessor",
+        "processor_class": "Qwen3VLProcessor",
+    },
+}
+
+
+def _write_processor_files(out: Path, config: PreTrainedConfig) -> None:
+    patch = config.vision_config.patch_size
+    for name, values in PROCESSOR_FILES.items():
+        data = {**values, "patch_size": patch}
+        (out / name).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def _set_qwen_pipeline(tokenizer: Tokenizer) -> None:

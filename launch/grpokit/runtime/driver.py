@@ -42,6 +42,7 @@ from grpokit.runtime import (
     trainer,
     watchdog,
 )
+from grpokit.runtime.first_error import first_error_in_file
 from grpokit.runtime.metrics import read_jsonl, write_merged
 from grpokit.runtime.ports import release_ports
 from grpokit.runtime.resume import ResumeRefused, check_world_size, prepare_resume
@@ -394,9 +395,13 @@ class Driver:
                     done = completion.judge_attempt(self.spec, attempt_dir, _last_step(attempt_dir / "metrics.jsonl"))
                     state, ended_by, reason, judged_target = done.state, done.ended_by, done.reason, done.target_step
                 else:
+                    # The first traceback's error names the cause (a dead rollout engine's own
+                    # error, not verl's later replay-buffer message); the tail follows it.
+                    cause = first_error_in_file(attempt_dir / "trainer.log")
                     reason = (
-                        f"trainer exited with {exit_code}; last lines of trainer.log:\n"
-                        f"{procs.tail(attempt_dir / 'trainer.log')}"
+                        f"trainer exited with {exit_code}"
+                        + (f"; first error in trainer.log: {cause}" if cause else "")
+                        + f"; last lines of trainer.log:\n{procs.tail(attempt_dir / 'trainer.log')}"
                     )
         except JobFailed as exc:
             ended_by, reason = exc.ended_by, str(exc)

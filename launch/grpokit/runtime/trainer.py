@@ -8,6 +8,7 @@ from pathlib import Path
 
 from grpokit.config.point import PointSpec
 from grpokit.runtime import control
+from grpokit.runtime.kernels import kernel_overrides
 from grpokit.runtime.verl_hooks import SETUP_HOOK
 
 
@@ -15,13 +16,14 @@ def command(spec: PointSpec, extra_overrides: list[str]) -> list[str]:
     """``runtime.trainer_cmd`` (default ``python -m verl.trainer.main_ppo``) plus the overrides.
 
     ``python`` as the first word means this interpreter. The job adds the Ray setup hook (the
-    kit's checkpoint-on-demand, :mod:`grpokit.runtime.verl_hooks`) and any sidecar URLs.
+    kit's checkpoint-on-demand, :mod:`grpokit.runtime.verl_hooks`), the node's kernel choices
+    (:func:`grpokit.runtime.kernels.kernel_overrides`) and any sidecar URLs.
     """
     base = list(spec.runtime.get("trainer_cmd") or ["python", "-m", "verl.trainer.main_ppo"])
     if base[0] == "python":
         base[0] = sys.executable
     hook = f"+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook={SETUP_HOOK}"
-    return [*base, *spec.verl_overrides, hook, *extra_overrides]
+    return [*base, *spec.verl_overrides, hook, *kernel_overrides(spec), *extra_overrides]
 
 
 def environment(run_dir: Path, attempt_dir: Path) -> dict[str, str]:

@@ -39,19 +39,41 @@ def write_manifest(
     experiment: str,
     cluster: str,
     swept_keys: list[str],
+    dry_run: bool = False,
 ) -> Path:
-    """Write the manifest (atomically); ``job_ids[i]`` is point i's Slurm id (None when not submitted)."""
+    """Write the manifest (atomically); ``job_ids[i]`` is point i's Slurm id (None when not submitted).
+
+    ``dry_run``: the points were only validated (a dry run's manifest; a real sweep may take the
+    folder over, see :mod:`grpokit.submit.folder`).
+    """
     data = {
         "sweep": specs[0].sweep_name if specs else sweep_dir.name,
         "created": now(),
         "experiment": experiment,
         "cluster": cluster,
         "swept_keys": swept_keys,
+        "dry_run": dry_run,
         "points": [point_entry(s, j) for s, j in zip(specs, job_ids, strict=True)],
     }
     path = Path(sweep_dir) / MANIFEST
     write_json_atomic(path, data)
     return path
+
+
+def replace_job_ids(manifest: dict[str, Any], new: dict[int, tuple[str | None, str]]) -> list[dict[str, Any]]:
+    """Record resubmissions in a manifest (in place): ``new[index] = (new job id, state it replaced)``.
+
+    The replaced id is appended to the entry's ``history`` (never lost); returns the entries changed.
+    """
+    changed = []
+    for entry in manifest["points"]:
+        if entry["index"] not in new:
+            continue
+        job_id, state = new[entry["index"]]
+        entry.setdefault("history", []).append({"job_id": entry.get("job_id"), "state": state, "replaced": now()})
+        entry.update(**slurm_ids(job_id), submitted=now())
+        changed.append(entry)
+    return changed
 
 
 def read_manifest(sweep_dir: Path) -> dict[str, Any]:

@@ -15,9 +15,10 @@ from grpokit.config.point import PointSpec
 from grpokit.results.slurm_state import job_states
 from grpokit.results.summary import point_state
 from grpokit.results.sweep_folder import load_sweep
-from grpokit.runtime.status import now, write_json_atomic
+from grpokit.runtime.status import write_json_atomic
 from grpokit.submit import slurm
-from grpokit.submit.manifest import MANIFEST, read_manifest, slurm_ids
+from grpokit.submit.folder import folder_state, open_existing
+from grpokit.submit.manifest import MANIFEST, read_manifest, replace_job_ids
 from grpokit.submit.sweep import run_local
 from grpokit.submit.task import RunPointTask
 
@@ -45,6 +46,16 @@ def resubmit(sweep_dir: Path, states: tuple[str, ...] = DEFAULT_STATES, dry_run:
     Returns the manifest entries that were resubmitted (with their new ``job_id``).
     """
     sweep_dir = Path(sweep_dir)
+    read_manifest(sweep_dir)  # its clear error when the folder is not a sweep folder
+    if folder_state(sweep_dir) == "free":
+        return []  # a dry run's folder: nothing was submitted there (and it stays free for the real run)
+    # Locked like a resume (grpokit.submit.folder): two resubmissions never submit a point twice.
+    with open_existing(sweep_dir) as claim:
+        return _resubmit_locked(claim, states, dry_run)
+
+
+def _resubmit_locked(claim, states: tuple[str, ...], dry_run: bool) -> list[dict]:
+    sweep_dir = claim.path
     manifest = read_manifest(sweep_dir)
     chosen = dict(select(sweep_dir, states))
     entries = [p for p in manifest["points"] if p["index"] in chosen]
@@ -59,10 +70,7 @@ def resubmit(sweep_dir: Path, states: tuple[str, ...] = DEFAULT_STATES, dry_run:
     else:
         run_local(specs)
         new_ids = [None] * len(specs)
-    for entry, job_id in zip(entries, new_ids, strict=True):
-        entry.setdefault("history", []).append(
-            {"job_id": entry.get("job_id"), "state": chosen[entry["index"]], "replaced": now()}
-        )
-        entry.update(**slurm_ids(job_id), submitted=now())
+    replace_job_ids(manifest, {e["index"]: (j, chosen[e["index"]]) for e, j in zip(entries, new_ids, strict=True)})
     write_json_atomic(sweep_dir / MANIFEST, manifest)
+    claim.record("resubmit", [e["name"] for e in entries], new_ids)
     return entries

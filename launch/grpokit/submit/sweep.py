@@ -7,16 +7,30 @@ import logging
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf
 
 from grpokit.config.point import PointSpec, build_point, kit_notices
 from grpokit.paths import CONFIG_DIR
-from grpokit.submit.manifest import write_manifest
+from grpokit.runtime.status import write_json_atomic
+from grpokit.submit import resume as resume_mod
+from grpokit.submit.folder import (
+    Claim,
+    SweepFolderError,
+    check_before_validation,
+    check_name,
+    dry_run_folder,
+    folder_state,
+    is_generated,
+)
+from grpokit.submit.folder import claim as claim_folder
+from grpokit.submit.manifest import MANIFEST, read_manifest, replace_job_ids, write_manifest
 from grpokit.submit.task import RunPointTask
+from grpokit.submit.wait import attempt_counts, wait_for
 from grpokit.validate import Problem, SweepValidationError, validate_points
 
 log = logging.getLogger(__name__)
@@ -74,13 +88,13 @@ def check_picklable(specs: list[PointSpec]) -> None:
         raise SweepValidationError(problems)
 
 
-def write_dry_run(sweep_dir: Path, specs: list[PointSpec], cluster: dict[str, Any]) -> Path:
+def write_dry_run(sweep_dir: Path, specs: list[PointSpec], cluster: dict[str, Any], note: str = "") -> Path:
     """``dry_run.md``: per point, the verl command line and the Slurm request."""
     from grpokit.config.explicit import data_caps
     from grpokit.runtime import trainer
     from grpokit.submit.arrays import dry_run_section
 
-    lines = [f"# Dry run of sweep {specs[0].sweep_name}: {len(specs)} point(s), nothing submitted", ""]
+    lines = [f"# Dry run of sweep {specs[0].sweep_name}: {len(specs)} point(s){note}, nothing submitted", ""]
     lines += [f"Note: {notice}\n" for notice in kit_notices(specs)]  # what the kit changed on its own
     lines += dry_run_section(specs)  # one array per request and MaxArraySize, as submit_slurm sends them
     for spec in specs:
@@ -121,17 +135,6 @@ def run_local(specs: list[PointSpec]) -> list[int]:
     return codes
 
 
-def wait_for(specs: list[PointSpec], poll_s: float = 5.0) -> None:
-    """Block until every point's ``status.json`` is final (the sweep's ``wait=true``)."""
-    from grpokit.runtime.status import FINAL_STATES, read_status
-
-    while True:
-        states = [read_status(Path(s.run_dir)).get("state") for s in specs]
-        if all(st in FINAL_STATES for st in states):
-            return
-        time.sleep(poll_s)
-
-
 def point_loader(full_load, first: list[str]):
     """``load(overrides) -> kit config`` that composes the first point fully and derives the others.
 
@@ -160,6 +163,49 @@ def point_loader(full_load, first: list[str]):
     return load
 
 
+def sweep_options(first: DictConfig, job_overrides: list[list[str]]) -> dict[str, Any]:
+    """The command's folder settings from the first point's config: ``name`` (resolved once),
+    ``generated`` (the time-stamped default), ``resume``, ``dry_run``, ``wait``, ``logs_root``.
+
+    Raises:
+        SweepFolderError: one of these keys is swept (one sweep command makes one sweep folder).
+    """
+    swept = [k for k in swept_keys(job_overrides) if k in _COMMAND_KEYS]
+    if swept:
+        raise SweepFolderError(
+            f"{swept[0]} is swept, but one sweep command makes one sweep folder; nothing was submitted. "
+            f"Give {swept[0]} one value (run one command per value)."
+        )
+    raw = first._get_node("sweep_name")._value()  # unresolved: is it the ${now:...} default?
+    return {
+        "name": str(first.sweep_name),
+        "generated": is_generated(str(raw)),
+        "resume": bool(first.get("resume", False)),
+        "dry_run": bool(first.get("dry_run", False)),
+        "wait": bool(first.get("wait", False)),
+        "logs_root": Path(str(first.logs_root)),
+    }
+
+
+_COMMAND_KEYS = ("sweep_name", "resume", "dry_run", "wait", "logs_root")
+
+
+def _named(load, name: str):
+    """``load`` with the sweep's final name set, so run folders and checkpoints follow the claim."""
+
+    def named(overrides: list[str]) -> DictConfig:
+        cfg = load(overrides)
+        cfg.sweep_name = name
+        return cfg
+
+    return named
+
+
+def _refuse(message: str, code: int = 2) -> NoReturn:
+    print(message, file=sys.stderr)
+    raise SystemExit(code)
+
+
 def launch_sweep(
     config: DictConfig, hydra_context, job_overrides: list[list[str]], first_index: int
 ) -> list[JobReturn]:
@@ -167,7 +213,14 @@ def launch_sweep(
     load = point_loader(lambda o: hydra_context.config_loader.load_sweep_config(config, list(o)), job_overrides[0])
 
     started = time.monotonic()
-    specs = build_points(config, load, job_overrides, first_index)
+    first = load(job_overrides[0])
+    try:
+        opts = sweep_options(first, job_overrides)
+        check_name(opts["name"])
+        check_before_validation(opts["logs_root"] / opts["name"], resume=opts["resume"], generated=opts["generated"])
+    except SweepFolderError as exc:
+        _refuse(str(exc))
+    specs = build_points(config, _named(load, opts["name"]), job_overrides, first_index)
     try:
         validate_points(specs)
         check_picklable(specs)
@@ -175,35 +228,146 @@ def launch_sweep(
         print(str(exc), file=sys.stderr)
         raise SystemExit(2) from None
     log.info("validated %d point(s) in %.1f s", len(specs), time.monotonic() - started)
-    first = load(job_overrides[0])
     cluster = OmegaConf.to_container(first.cluster, resolve=True)
-    sweep_dir = Path(specs[0].run_dir).parent
-    sweep_dir.mkdir(parents=True, exist_ok=True)
     keys = swept_keys(job_overrides)
     meta = {"experiment": str(first.experiment.name), "cluster": str(cluster.get("kind")), "swept_keys": keys}
-    if bool(first.dry_run):
-        path = write_dry_run(sweep_dir, specs, cluster)
-        write_manifest(sweep_dir, specs, [None] * len(specs), **meta)
-        print(path.read_text())
-        print(f"dry run: {len(specs)} point(s) validated, nothing submitted; see {path}")
-        return [_job_return(s, None) for s in specs]
+
+    def rebuild(name: str) -> list[PointSpec]:
+        log.info("sweep folder %s was taken; this sweep is %s", opts["name"], name)
+        return build_points(config, _named(load, name), job_overrides, first_index)
+
+    if opts["dry_run"]:
+        return dry_run(opts, specs, cluster, meta, rebuild)
     for notice in kit_notices(specs):  # what the kit changed on its own, once per sweep (dry_run.md has it too)
         print(f"note: {notice}")
+    try:
+        claim = claim_folder(opts["logs_root"], opts["name"], generated=opts["generated"], resume=opts["resume"])
+    except SweepFolderError as exc:
+        _refuse(str(exc))
+    with claim:
+        if claim.name != opts["name"]:  # the generated name was taken (same second): the next free one
+            specs = rebuild(claim.name)
+        if claim.resumed:
+            return resume_sweep(claim, specs, cluster, wait=opts["wait"])
+        return submit_new(claim, specs, cluster, meta, wait=opts["wait"])
+
+
+def dry_run(opts: dict[str, Any], specs: list[PointSpec], cluster: dict[str, Any], meta: dict, rebuild):
+    """Write ``dry_run.md`` (and, in a new folder, a manifest marked ``dry_run``); submit nothing.
+
+    A dry run never claims the folder: a later real sweep of the same name takes it over. With
+    ``resume=true`` on a submitted sweep it checks the settings and lists what would be resubmitted.
+    """
+    sweep_dir = opts["logs_root"] / opts["name"]
+    if opts["resume"] and folder_state(sweep_dir) == "sweep":
+        _check_resume(sweep_dir, specs)
+        chosen = resume_mod.to_resubmit(resume_mod.point_states(sweep_dir))
+        todo = [s for s in specs if s.index in chosen]
+        if not todo:
+            print(f"dry run of resume=true: settings match {sweep_dir}; nothing to resubmit")
+            return [_job_return(s, None) for s in specs]
+        path = write_dry_run(sweep_dir, todo, cluster, note=" (resume=true: the points it would resubmit)")
+        specs = todo
+    else:
+        try:
+            sweep_dir = dry_run_folder(opts["logs_root"], opts["name"], generated=opts["generated"])
+        except SweepFolderError as exc:
+            _refuse(str(exc))
+        if sweep_dir.name != opts["name"]:
+            specs = rebuild(sweep_dir.name)
+        path = write_dry_run(sweep_dir, specs, cluster)
+        if folder_state(sweep_dir) != "sweep":  # a real sweep may have taken the folder over meanwhile
+            write_manifest(sweep_dir, specs, [None] * len(specs), dry_run=True, **meta)
+    print(path.read_text())
+    print(f"dry run: {len(specs)} point(s) validated, nothing submitted; see {path}")
+    return [_job_return(s, None) for s in specs]
+
+
+def _check_resume(sweep_dir: Path, specs: list[PointSpec]) -> None:
+    """Refuse a resume whose settings differ from the recorded ones (names point, key, old -> new)."""
+    problems = resume_mod.check_same_settings(read_manifest(sweep_dir), specs)
+    if problems:
+        head = f"resume=true refused: this command's settings differ from those recorded in {sweep_dir}."
+        _refuse(f"{head}\n{SweepValidationError(problems)}")
+
+
+def _write_point_files(specs: list[PointSpec]) -> None:
+    """``<run>/point.json`` of every point at submission: what a later resume compares against."""
+    for spec in specs:
+        Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
+        (Path(spec.run_dir) / "point.json").write_text(spec.to_json())
+
+
+def submit_new(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], meta: dict, *, wait: bool):
+    """A new sweep in a folder just claimed: point files, manifest, one array (or local runs)."""
+    sweep_dir = claim.path
+    names = [s.name for s in specs]
+    _write_point_files(specs)
+    # The manifest exists before the jobs do: a sweep command killed mid-submission leaves its
+    # points (and run folders) findable; the Slurm ids are filled in right after.
+    write_manifest(sweep_dir, specs, [None] * len(specs), **meta)
     if cluster.get("kind") == "slurm":
-        # The manifest exists before the jobs do: a sweep command killed mid-submission leaves its
-        # points (and run folders) findable; the Slurm ids are filled in right after.
-        write_manifest(sweep_dir, specs, [None] * len(specs), **meta)
+        before = attempt_counts(specs)
+        # a refused submission leaves nothing queued and, when nothing was, no folder (submit_slurm)
         job_ids = submit_slurm(sweep_dir, specs, cluster)
         write_manifest(sweep_dir, specs, job_ids, **meta)
+        claim.record("new", names, job_ids)
+        claim.release()
         print(f"submitted {len(specs)} point(s) as Slurm array {job_ids[0].split('_')[0]}; sweep folder {sweep_dir}")
         print(f"  watch: python launch/status.py {sweep_dir} --watch")
-        if bool(first.get("wait", False)):
-            wait_for(specs)
+        if wait:
+            _wait(specs, job_ids, before)
         return [_job_return(s, j) for s, j in zip(specs, job_ids, strict=True)]
-    write_manifest(sweep_dir, specs, [None] * len(specs), **meta)
+    claim.record("new", names, [None] * len(specs))
+    claim.release()
     codes = run_local(specs)
     print(f"ran {len(specs)} point(s) locally; sweep folder {sweep_dir}")
     return [_job_return(s, c) for s, c in zip(specs, codes, strict=True)]
+
+
+def resume_sweep(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], *, wait: bool):
+    """``resume=true``: same settings (else refused), resubmit only the points not completed/queued/running."""
+    sweep_dir = claim.path
+    _check_resume(sweep_dir, specs)
+    states = resume_mod.point_states(sweep_dir)
+    chosen = resume_mod.to_resubmit(states)
+    kept = {i: s for i, s in states.items() if i not in chosen}
+    left = ", ".join(f"{n} {w}" for w, n in sorted(Counter(kept.values()).items())) or "none"
+    todo = [s for s in specs if s.index in chosen]
+    if not todo:
+        print(f"resume: settings match; nothing to resubmit in {sweep_dir} (points: {left})")
+        return [_job_return(s, None) for s in specs]
+    manifest = read_manifest(sweep_dir)
+    before = attempt_counts(todo)
+    if cluster.get("kind") == "slurm":
+        job_ids: list[str | None] = list(submit_slurm(sweep_dir, todo, cluster))
+    else:
+        job_ids = [None] * len(todo)
+    replace_job_ids(manifest, {s.index: (j, chosen[s.index]) for s, j in zip(todo, job_ids, strict=True)})
+    write_json_atomic(sweep_dir / MANIFEST, manifest)
+    claim.record("resume", [s.name for s in todo], job_ids, replaced={s.name: chosen[s.index] for s in todo})
+    claim.release()
+    what = ", ".join(f"{s.name} ({chosen[s.index]})" for s in todo)
+    if cluster.get("kind") != "slurm":
+        run_local(todo)
+        print(f"resume: ran {len(todo)} point(s) here: {what}; left alone: {left}")
+        return [_job_return(s, None) for s in specs]
+    print(f"resume: resubmitted {len(todo)} point(s) as Slurm array {str(job_ids[0]).split('_')[0]}: {what}")
+    print(f"  left alone: {left}; sweep folder {sweep_dir}")
+    print(f"  watch: python launch/status.py {sweep_dir} --watch")
+    if wait:
+        _wait(todo, job_ids, before)
+    return [_job_return(s, None) for s in specs]
+
+
+def _wait(specs: list[PointSpec], job_ids: list[str | None], before: list[int]) -> None:
+    """``wait=true``: block on this submission's points; exit 1 when one of them did not complete."""
+    states = wait_for(specs, job_ids, before)
+    counts = ", ".join(f"{n} {w}" for w, n in sorted(Counter(states).items()))
+    print(f"wait: every submitted point is final: {counts}")
+    bad = [f"{s.name} ({st})" for s, st in zip(specs, states, strict=True) if st != "completed"]
+    if bad:
+        _refuse(f"wait: {len(bad)} point(s) did not complete: {', '.join(bad)}", code=1)
 
 
 def _job_return(spec: PointSpec, value) -> JobReturn:

@@ -1,0 +1,149 @@
+"""``resume=true``: the same sweep again, into its own folder, only where it is not finished.
+
+A resume is refused when anything that decides what is trained differs from what the sweep folder
+recorded: the point set (matched by index) and, per point, verl's overrides and the kit's
+``experiment``, ``model``, ``hardware`` and ``sidecars`` sections (from ``<run>/point.json``).
+``cluster.*`` and ``runtime.*`` (partition, time limit, requeue budget, ...) may change: they
+decide where and how long a point runs, not what it learns. Points that are completed, queued or
+running are left alone; the others are resubmitted into their run folders and resume from their
+last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from grpokit.config.point import PointSpec
+from grpokit.validate import Problem
+
+#: PointSpec sections a resume must leave unchanged (besides ``verl_overrides``).
+COMPARED_SECTIONS = ("experiment", "model", "hardware", "sidecars")
+#: Kit keys that never count as a setting change (they name the command, not the training).
+_COMMAND_KEYS = ("sweep_name", "resume", "dry_run", "wait", "logs_root", "hydra", "cluster", "runtime")
+#: Points a resume resubmits: every state but these (status words of grpokit.results.summary).
+KEEP_STATES = ("completed", "queued", "running")
+
+_UNSET = "(not set)"
+
+
+def _flat(node: Any, prefix: str) -> dict[str, Any]:
+    if isinstance(node, dict) and node:
+        out: dict[str, Any] = {}
+        for k, v in node.items():
+            out.update(_flat(v, f"{prefix}.{k}"))
+        return out
+    return {prefix: node}
+
+
+def _verl_settings(overrides: list[str]) -> dict[str, str]:
+    out = {}
+    for item in overrides:
+        key, _, value = item.lstrip("+").partition("=")
+        out[f"verl.{key}"] = value
+    return out
+
+
+def settings(spec: dict[str, Any]) -> dict[str, Any]:
+    """``{dotted key: value}`` of what a point trains with (a PointSpec as a dict, from point.json)."""
+    out: dict[str, Any] = _verl_settings(spec.get("verl_overrides") or [])
+    for section in COMPARED_SECTIONS:
+        out.update(_flat(spec.get(section) or {}, section))
+    return out
+
+
+def _kit_settings(overrides: list[str]) -> dict[str, str]:
+    """Command-line overrides as ``{key: value}``, without those that only name the command."""
+    out = {}
+    for item in overrides:
+        key, _, value = item.lstrip("+~").partition("=")
+        if key.split(".", 1)[0].split("/", 1)[0] not in _COMMAND_KEYS:
+            out[key] = value
+    return out
+
+
+def _default_text(key: str) -> str:
+    """What an unset verl key means: verl's default value, named as such."""
+    if not key.startswith("verl."):
+        return _UNSET
+    from grpokit.config.overrides import flat_base, format_value
+
+    base = flat_base()
+    k = key[len("verl.") :]
+    if k not in base:
+        return _UNSET
+    value = base[k]
+    if isinstance(value, str) and "${" in value:
+        return "verl's default"
+    return f"{format_value(value)} (verl's default)"
+
+
+def _show(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def differences(old: dict[str, Any], new: dict[str, Any], unset=_default_text) -> list[tuple[str, str, str]]:
+    """``(key, old, new)`` for every key whose value differs, sorted by key; ``unset(key)`` names
+    the value of a key one side does not have (default: verl's default value)."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a = _show(old[key]) if key in old else unset(key)
+        b = _show(new[key]) if key in new else unset(key)
+        if a != b:
+            out.append((key, a, b))
+    return out
+
+
+def recorded_spec(entry: dict[str, Any]) -> dict[str, Any] | None:
+    """The point.json a manifest entry's run folder holds (None when the job never wrote one)."""
+    path = Path(entry["run_dir"]) / "point.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def check_same_settings(manifest: dict[str, Any], specs: list[PointSpec]) -> list[Problem]:
+    """Every way this command's points differ from the recorded ones ([] when identical)."""
+    recorded = {int(e["index"]): e for e in manifest.get("points") or []}
+    new = {s.index: s for s in specs}
+    fix = "resume with the recorded settings, or start a new sweep with another sweep_name="
+    problems = []
+    for index in sorted(set(recorded) | set(new)):
+        entry, spec = recorded.get(index), new.get(index)
+        if spec is None:
+            problems.append(Problem(entry["name"], "point", "recorded in the sweep but not made by this command", fix))
+            continue
+        if entry is None:
+            msg = f"not in the recorded sweep (it has {len(recorded)} point(s))"
+            problems.append(Problem(spec.name, "point", msg, fix))
+            continue
+        old_spec = recorded_spec(entry)
+        if old_spec is not None:
+            diffs = differences(settings(old_spec), settings(json.loads(spec.to_json())))
+            where = "its point.json"
+        else:  # never started: only the manifest's command-line overrides are known
+            diffs = differences(
+                _kit_settings(entry.get("overrides") or []),
+                _kit_settings(spec.kit_overrides),
+                unset=lambda _key: "(not on the command line)",
+            )
+            where = "manifest.json"
+        for key, a, b in diffs:
+            problems.append(Problem(entry["name"], key, f"{a} -> {b} (recorded in {where} -> this command)", fix))
+    return problems
+
+
+def point_states(sweep_dir: Path) -> dict[int, str]:
+    """``{index: status word}`` of every recorded point (Slurm's live view, then status.json)."""
+    from grpokit.results.slurm_state import job_states
+    from grpokit.results.summary import point_state
+    from grpokit.results.sweep_folder import load_sweep
+
+    sweep = load_sweep(sweep_dir)
+    ids = [p.job_id for p in sweep.points if p.job_id]
+    slurm_view = job_states(ids) if ids else {}
+    return {p.index: point_state(p, slurm_view.get(p.job_id) if p.job_id else None) for p in sweep.points}
+
+
+def to_resubmit(states: dict[int, str]) -> dict[int, str]:
+    """The points a resume submits again: ``{index: state}`` of those not completed, queued or running."""
+    return {i: s for i, s in states.items() if s not in KEEP_STATES}

@@ -1,0 +1,83 @@
+"""``wait=true``: block until every point of *this* submission has reached a final state.
+
+A run folder may already hold a final ``status.json`` from an earlier submission (a resume, a
+resubmission): it does not count. A point is final for this submission when its ``status.json``
+is final and has more attempts than when it was submitted, or when Slurm has ended its job
+(``gone_grace_s`` ago, so the driver's last write is not missed) without the driver recording a
+new attempt, e.g. a job cancelled while queued or one that failed before the driver started.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from grpokit.config.point import PointSpec
+from grpokit.runtime.status import FINAL_STATES, read_status
+
+log = logging.getLogger(__name__)
+
+
+def attempt_counts(specs: list[PointSpec]) -> list[int]:
+    """Attempts each point's status.json holds now (0 without one): taken right before submission."""
+    return [len(read_status(Path(s.run_dir)).get("attempts") or []) for s in specs]
+
+
+def _slurm_final(job_ids: list[str | None]) -> dict[str, str]:
+    from grpokit.results.slurm_state import job_states
+
+    wanted = [j for j in job_ids if j]
+    if not wanted:
+        return {}
+    return {j: st.state for j, st in job_states(wanted).items() if st.kit_state not in ("queued", "running", "unknown")}
+
+
+def wait_for(
+    specs: list[PointSpec],
+    job_ids: list[str | None],
+    attempts_before: list[int],
+    *,
+    poll_s: float = 5.0,
+    gone_grace_s: float = 60.0,
+    slurm_final: Callable[[list[str | None]], dict[str, str]] = _slurm_final,
+) -> list[str]:
+    """Wait for this submission's points; returns each point's final state, in ``specs`` order.
+
+    Args:
+        specs: the points submitted. job_ids: their Slurm ids (None: run here, no Slurm).
+        attempts_before: :func:`attempt_counts` taken before submission.
+        poll_s: seconds between looks. gone_grace_s: how long a job Slurm reports ended may go
+            without a new final status.json before it counts as ended with Slurm's state.
+
+    Returns:
+        status.json's state, or ``slurm:<STATE>`` for a job that ended without the driver saying so.
+    """
+    final: dict[int, str] = {}
+    gone_since: dict[int, float] = {}
+    while True:
+        for i, spec in enumerate(specs):
+            if i in final:
+                continue
+            status = read_status(Path(spec.run_dir))
+            if status.get("state") in FINAL_STATES and len(status.get("attempts") or []) > attempts_before[i]:
+                final[i] = str(status["state"])
+        open_ids = [job_ids[i] for i in range(len(specs)) if i not in final]
+        ended = slurm_final(open_ids) if open_ids else {}
+        for i in range(len(specs)):
+            if i in final or job_ids[i] not in ended:
+                gone_since.pop(i, None)
+                continue
+            since = gone_since.setdefault(i, time.monotonic())
+            if time.monotonic() - since >= gone_grace_s:
+                final[i] = f"slurm:{ended[job_ids[i]]}"
+                log.warning(
+                    "%s: Slurm ended job %s (%s) without a new status.json",
+                    specs[i].name,
+                    job_ids[i],
+                    ended[job_ids[i]],
+                )
+        if len(final) == len(specs):
+            return [final[i] for i in range(len(specs))]
+        time.sleep(poll_s)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -145,6 +146,7 @@ def test_every_documented_command_is_recognised():
 def test_readme_and_docs_commands_run_as_written(slurm):
     env = documented_env()
     ran, skipped, failures = [], [], []
+    made: set[Path] = set()  # sweep folders and batch-job outputs the commands wrote under logs/
     for doc in documents():
         placeholders: dict[str, str] = {}
         for cmd in shell_commands(doc):
@@ -172,6 +174,7 @@ def test_readme_and_docs_commands_run_as_written(slurm):
             if not sweeps and "<sweep>" in cmd.text:
                 sweeps = [REPO / "logs" / placeholders["<sweep>"]]
             for sweep_dir in sweeps:
+                made.add(sweep_dir)
                 placeholders["<sweep>"] = sweep_dir.name
                 points = json.loads((sweep_dir / "manifest.json").read_text())["points"]
                 placeholders["<point>"] = Path(points[0]["run_dir"]).name
@@ -181,9 +184,13 @@ def test_readme_and_docs_commands_run_as_written(slurm):
                     failures.append(f"{cmd.source}: {text}: points not completed/skipped_no_gpu: {bad}")
             for job in SBATCH_PRINTED.findall(output):
                 state = wait_batch_job(job)
+                made.update(REPO.glob(f"logs/*_job{job}"))
+                made.add(REPO / "logs" / f"grpokit_{job}.out")
                 if state != "COMPLETED":
                     log = REPO / "logs" / f"grpokit_{job}.out"
                     tail = log.read_text()[-2000:] if log.exists() else ""
                     failures.append(f"{cmd.source}: {text}: batch job {job} ended {state}\n{tail}")
     print("ran:\n  " + "\n  ".join(ran) + "\nskipped:\n  " + "\n  ".join(skipped))
     assert not failures, "\n\n".join(failures)
+    for path in made:  # kept for inspection when a command failed
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)

@@ -229,6 +229,10 @@ def start_cluster_once(
         worker_ports=worker_ports,
         object_store_bytes=object_store_bytes,
     )
+    # A worker's `ray start` waits for the head's node in GCS only RAY_NUM_REDIS_GET_RETRIES x 2 s
+    # (40 s); on a busy node the head's raylet takes longer to register (measured 23-29 s for the
+    # head alone at load 26 on 2 cores) and the worker gives up: wait as long as the kit waits.
+    worker_env = {"RAY_NUM_REDIS_GET_RETRIES": str(max(20, int(timeout_s / 2))), **env}
     try:
         for node in nodes[1:]:
             worker_cmd = [
@@ -248,7 +252,7 @@ def start_cluster_once(
                 *store_args,
             ]
             log.info("ray worker on %s: %s", node, " ".join(worker_cmd))
-            cluster.workers.append(procs.start(worker_cmd, log_dir / f"ray_worker_{node}.log", env=env))
+            cluster.workers.append(procs.start(worker_cmd, log_dir / f"ray_worker_{node}.log", env=worker_env))
         wait_ready(cluster, env=env, num_gpus=num_gpus, timeout_s=timeout_s, log_dir=log_dir)
     except BaseException:
         cluster.stop(grace_s=5)

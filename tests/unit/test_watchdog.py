@@ -223,3 +223,24 @@ def test_the_node_side_dump_finds_the_jobs_ray_workers_by_the_heads_address(tmp_
     assert "engine_core_busy_loop" in out, "processes started by a Ray worker are included"
     assert "DashboardAgent" not in out, "Ray's own agents are left out"
     assert "(no ray start --address=10.0.0.1:1 on" in other
+
+
+@pytest.mark.parametrize(
+    ("runtime", "key"),
+    [
+        ({"hang_step_multiple": -1}, "runtime.hang_step_multiple"),
+        ({"hang_startup_s": 0}, "runtime.hang_startup_s"),
+        ({"hang_floor_s": "soon"}, "runtime.hang_floor_s"),
+        ({"ray_object_store_fraction": 1.5}, "runtime.ray_object_store_fraction"),
+        ({"ray_worker_ports": 5}, "runtime.ray_worker_ports"),
+    ],
+)
+def test_bad_watchdog_and_ray_keys_are_refused_before_submission(runtime, key):
+    from types import SimpleNamespace
+
+    from grpokit.validate.kit_checks import check_runtime
+
+    (problem,) = check_runtime(SimpleNamespace(name="003_n-4", runtime=runtime))
+    assert problem.point == "003_n-4" and problem.key == key and problem.fix
+    ok = {"hang_floor_s": None, "hang_step_multiple": 5, "ray_object_store_fraction": 0.3, "ray_worker_ports": None}
+    assert check_runtime(SimpleNamespace(name="p", runtime=ok)) == []

@@ -29,6 +29,7 @@ def validate_point(spec: PointSpec) -> tuple[DictConfig | None, list[Problem]]:
     problems += kit_checks.check_lengths(spec, cfg)
     problems += model_checks.check_model(spec, cfg, kit_checks.download_hint(spec))
     problems += kit_checks.check_cluster(spec)
+    problems += kit_checks.check_runtime(spec)
     problems += gpu_plan.check(spec, cfg)
     return cfg, problems
 

@@ -112,3 +112,44 @@ def check_cluster(spec: PointSpec) -> list[Problem]:
             )
         ]
     return []
+
+
+def check_runtime(spec: PointSpec) -> list[Problem]:
+    """The hang watchdog's limits and Ray's sizing keys (``runtime.*``), as the job would read them."""
+    runtime, problems = spec.runtime, []
+    for key in ("hang_floor_s", "hang_step_multiple", "hang_startup_s"):
+        value = runtime.get(key)
+        if value is None:
+            continue  # hang_floor_s: null turns the watchdog off; the others then have defaults
+        number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
+        if number is None or number < 0 or (number == 0 and key != "hang_floor_s"):
+            problems.append(
+                Problem(
+                    spec.name,
+                    f"runtime.{key}",
+                    f"must be a positive number, got {value!r}",
+                    "set a number > 0 (seconds, or a multiple of the step time); runtime.hang_floor_s=null "
+                    "turns the no-progress watchdog off",
+                )
+            )
+    fraction = runtime.get("ray_object_store_fraction")
+    if fraction is not None and not (isinstance(fraction, int | float) and 0 < fraction <= 1):
+        problems.append(
+            Problem(
+                spec.name,
+                "runtime.ray_object_store_fraction",
+                f"must be a fraction of the job's memory in (0, 1], got {fraction!r}",
+                "e.g. 0.3 (Ray's own default fraction)",
+            )
+        )
+    ports = runtime.get("ray_worker_ports")
+    if ports is not None and not (isinstance(ports, int) and not isinstance(ports, bool) and ports >= 10):
+        problems.append(
+            Problem(
+                spec.name,
+                "runtime.ray_worker_ports",
+                f"must be a whole number of ports >= 10, got {ports!r}",
+                "null sizes it from the job's CPUs (3 per CPU, 200 to 4000)",
+            )
+        )
+    return problems

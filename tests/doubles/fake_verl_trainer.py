@@ -28,7 +28,10 @@ the tracker), ``FAKE_TRAINER_FAIL_AT`` (step at which to exit 3), ``FAKE_TRAINER
 after which to hang: alive, no new step, in ``hang_forever``), ``FAKE_TRAINER_RAY_REPORT`` (file
 to write the Ray cluster's nodes and resources to, as seen through ``RAY_ADDRESS``),
 ``FAKE_TRAINER_PROFILE`` = ``fail-once`` (exit 3 at step 3 of the point's first run) or ``slow-once``
-(6 s a step in the point's first run), for tests of resubmission.
+(6 s a step in the point's first run), for tests of resubmission, ``FAKE_TRAINER_NODE_WORKERS=1``
+(one Ray actor per node of the job's Ray cluster, as verl's FSDP workers: each takes part in every
+step and writes its node's rank shards at a save, so a node whose Ray died fails the step or the
+save as under verl; what each did goes to ``node_workers.jsonl`` beside ``$VERL_FILE_LOGGER_PATH``).
 """
 
 from __future__ import annotations
@@ -84,13 +87,66 @@ def train_steps_in_data(cfg: dict[str, str]) -> int | None:
     return per_epoch * int(num(cfg, "trainer.total_epochs", 30))
 
 
+class NodeWorkers:
+    """One Ray actor per alive node of the job's Ray cluster (``FAKE_TRAINER_NODE_WORKERS=1``),
+    pinned there with node affinity; rank shards are split between them in node order."""
+
+    def __init__(self, world: int, log_path: Path):
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        ray.init(address=os.environ["RAY_ADDRESS"], logging_level="ERROR")
+        self.ray = ray
+
+        @ray.remote(num_cpus=0)
+        class Worker:
+            def where(self) -> dict:
+                return {"node": os.environ.get("SLURMD_NODENAME") or os.uname().nodename, "pid": os.getpid()}
+
+            def step(self, step: int) -> int:
+                return step
+
+            def save(self, actor_dir: str, world: int, ranks: list[int]) -> dict:
+                for rank in ranks:
+                    for kind in ("model", "optim", "extra_state"):
+                        (Path(actor_dir) / f"{kind}_world_size_{world}_rank_{rank}.pt").write_bytes(b"double" * 64)
+                return {**self.where(), "ranks": ranks, "time": time.time()}
+
+        nodes = [n for n in ray.nodes() if n["Alive"]]
+        self.workers = [
+            Worker.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
+            for n in nodes
+        ]
+        per_node = math.ceil(world / len(self.workers))
+        self.ranks = [list(range(world))[i * per_node : (i + 1) * per_node] for i in range(len(self.workers))]
+        self.log_path = log_path
+        self._log({"event": "started", "workers": ray.get([w.where.remote() for w in self.workers])})
+
+    def _log(self, record: dict) -> None:
+        with open(self.log_path, "a") as f:
+            f.write(json.dumps({**record, "time": time.time()}) + "\n")
+
+    def step(self, step: int) -> None:
+        self.ray.get([w.step.remote(step) for w in self.workers], timeout=60)
+
+    def save_shards(self, actor_dir: Path, step: int, world: int) -> None:
+        calls = [w.save.remote(str(actor_dir), world, r) for w, r in zip(self.workers, self.ranks, strict=True)]
+        self._log({"event": "save", "step": step, "by": self.ray.get(calls, timeout=60)})
+
+
+NODE_WORKERS: NodeWorkers | None = None
+
+
 def save(ckpt: Path, step: int, world: int, crash_in_save: int | None) -> None:
     step_dir = ckpt / f"global_step_{step}"
     actor = step_dir / "actor"
     (actor / "huggingface").mkdir(parents=True, exist_ok=True)
-    for rank in range(world):
-        for kind in ("model", "optim", "extra_state"):
-            (actor / f"{kind}_world_size_{world}_rank_{rank}.pt").write_bytes(b"double" * 64)
+    if NODE_WORKERS is not None:
+        NODE_WORKERS.save_shards(actor, step, world)
+    else:
+        for rank in range(world):
+            for kind in ("model", "optim", "extra_state"):
+                (actor / f"{kind}_world_size_{world}_rank_{rank}.pt").write_bytes(b"double" * 64)
     (actor / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": world}))
     (actor / "huggingface" / "config.json").write_text(json.dumps({"model_type": "qwen3"}))
     if crash_in_save == step:
@@ -207,6 +263,11 @@ def main() -> int:
             json.dumps({"nodes": nodes, "cluster_resources": ray.cluster_resources()})
         )
         ray.shutdown()
+    if os.environ.get("FAKE_TRAINER_NODE_WORKERS") == "1":
+        global NODE_WORKERS
+        attempt_dir = Path(os.environ.get("VERL_FILE_LOGGER_PATH", "metrics.jsonl")).parent
+        attempt_dir.mkdir(parents=True, exist_ok=True)
+        NODE_WORKERS = NodeWorkers(world, attempt_dir / "node_workers.jsonl")
 
     start = 1
     tracker = ckpt / "latest_checkpointed_iteration.txt"
@@ -246,6 +307,8 @@ def main() -> int:
                 print(f"failing at step {step} (FAKE_TRAINER_FAIL_AT)", file=sys.stderr, flush=True)
                 return 3
             time.sleep(step_s)
+            if NODE_WORKERS is not None:
+                NODE_WORKERS.step(step)
             last = step == total
             if save_freq > 0 and (step % save_freq == 0 or last):
                 save(ckpt, step, world, crash)

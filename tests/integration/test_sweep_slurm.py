@@ -171,6 +171,6 @@ def test_dry_run_writes_commands_and_the_slurm_request_and_submits_nothing(kit, 
     )
     assert out.returncode == 0, out.stderr[-2000:]
     text = (tmp_path / "logs" / "dry" / "dry_run.md").read_text()
-    assert "#SBATCH --array=0-1%2" in text and "#SBATCH --signal=USR2@60" in text and "#SBATCH --requeue" in text
+    assert "#SBATCH --array=0-1%2" in text and "#SBATCH --signal=B:USR2@60" in text and "#SBATCH --requeue" in text
     assert "actor_rollout_ref.rollout.n=2" in text and "actor_rollout_ref.rollout.n=4" in text
     assert all(p["job_id"] is None for p in kit.manifest(tmp_path / "logs" / "dry")["points"])

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from grpokit.config.point import PointSpec
-from grpokit.results.slurm_state import parse_duration
 from grpokit.runtime import (
     completion,
     control,
@@ -37,8 +36,11 @@ from grpokit.runtime import (
     procs,
     ray_cluster,
     ray_resources,
+    resubmission,
     shared_fs,
     sidecars,
+    signal_relay,
+    stop_decision,
     trainer,
     watchdog,
 )
@@ -46,7 +48,7 @@ from grpokit.runtime.first_error import first_error_in_file
 from grpokit.runtime.metrics import read_jsonl, write_merged
 from grpokit.runtime.ports import release_ports
 from grpokit.runtime.resume import ResumeRefused, check_world_size, prepare_resume
-from grpokit.runtime.status import StatusFile, write_json_atomic
+from grpokit.runtime.status import FINAL_STATES, StatusFile, write_json_atomic
 from grpokit.validate import gpu_plan, validate_point
 
 log = logging.getLogger(__name__)
@@ -88,15 +90,8 @@ def _setup_logging(path: Path) -> None:
 
 
 def _slurm_time_left_s() -> float | None:
-    job = os.environ.get("SLURM_JOB_ID")
-    if not job:
-        return None
-    try:
-        out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%L"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    lines = out.stdout.split()
-    return parse_duration(lines[0]) if lines else None
+    """This task's own time left (s); never a sibling's (see environment.slurm_task_id)."""
+    return environment.slurm_time_left_s()
 
 
 class Driver:
@@ -109,6 +104,10 @@ class Driver:
         self.grace_s = float(spec.runtime.get("kill_grace_s", 15))
         self.stop_signal: int | None = None
         self.stop_at: float | None = None
+        # What Slurm said when the stop signal arrived (the stop decision's inputs).
+        self.time_left_at_signal: float | None = None
+        self.slurm_requeues: bool | None = None
+        self.resubmission: str | None = None
         self.cluster: ray_cluster.RayCluster | None = None
         self.sidecars: dict[str, sidecars.Sidecar] = {}
         self.trainer_proc: subprocess.Popen | None = None
@@ -128,7 +127,15 @@ class Driver:
         budget = float(self.spec.runtime.get("save_deadline_s", 900))
         if signum != signal.SIGUSR2:
             budget = min(budget, self.grace_s * 2)
-        left = _slurm_time_left_s()
+        left = self.time_left_at_signal = _slurm_time_left_s()
+        if signum == signal.SIGTERM:
+            self.slurm_requeues = environment.slurm_requeue_pending()
+        log.info(
+            "Slurm task %s: own time left %s s, Slurm requeueing it: %s",
+            environment.slurm_task_id(),
+            None if left is None else round(left),
+            self.slurm_requeues,
+        )
         if left is not None:
             budget = min(budget, max(left - self.grace_s, 5))
         self.stop_at = time.monotonic() + budget
@@ -213,6 +220,7 @@ class Driver:
             nodes=nodes,
             multi_node_host=host,
             timeout_s=float(self.spec.runtime.get("ray_start_timeout_s", 180)),
+            stop_requested=lambda: self.stop_signal is not None,
             **ray_resources.cluster_sizes(self.spec.runtime, num_cpus),
         )
         self.timings["ray_ready_s"] = round(time.monotonic() - t, 2)
@@ -311,44 +319,67 @@ class Driver:
 
     # -- outcome -----------------------------------------------------------------------------------
     def _interrupted_outcome(self, status: StatusFile) -> tuple[str, str, bool]:
-        """(state, ended_by, requeue) after a stop signal."""
-        sig = self.stop_signal
-        if sig == signal.SIGUSR2:
-            left = _slurm_time_left_s()
-            lead = float(self.spec.cluster.get("signal_lead_s", 600))
-            ended_by = "timeout" if left is not None and left <= lead + 60 else "preempted"
-        elif sig == signal.SIGTERM:
-            ended_by = "preempted"
-        else:
-            ended_by = "cancelled"
-        if ended_by == "timeout":
-            allowed = int(self.spec.runtime.get("max_timeout_requeues", 3))
-            if status.count_ended_by("timeout") >= allowed:
-                return "failed", ended_by, False
-        requeue = environment.in_slurm() and sig == signal.SIGUSR2
-        return ("requeued" if ended_by != "cancelled" else "cancelled"), ended_by, requeue
+        """(state, ended_by, requeue) after a stop signal (:func:`stop_decision.decide`).
+
+        Classified from what Slurm said when the signal arrived (this task's own time left), not
+        after the save, which may take most of the lead. Time-outs count since the point's last
+        explicit resubmission.
+        """
+        since = status.data.get("resubmission")
+        timeouts = sum(  # hangs (watchdog) share the time-out budget
+            1
+            for a in status.data["attempts"][:-1]
+            if a.get("ended_by") in ("timeout", "hung") and a.get("resubmission") == since
+        )
+        decision = stop_decision.decide(
+            self.stop_signal,
+            time_left_s=self.time_left_at_signal,
+            lead_s=float(self.spec.cluster.get("signal_lead_s", 600)),
+            timeouts_so_far=timeouts,
+            max_timeout_requeues=int(self.spec.runtime.get("max_timeout_requeues", 3)),
+            in_slurm=environment.in_slurm(),
+            slurm_requeues=self.slurm_requeues,
+        )
+        log.info("stop decision: %s (%s)", decision.state, decision.why)
+        return decision.state, decision.ended_by, decision.requeue
 
     def run(self) -> int:
         """Run one attempt; returns the process exit code."""
         status = StatusFile(self.run_dir)
-        if status.data.get("state") == "completed":
-            log.info("point %s already %s: nothing to do", self.spec.name, status.data["state"])
+        # A point in a final state runs again only on an explicit resubmission (resubmission.py);
+        # a requeue of its job by anyone else leaves the run folder untouched.
+        taken = resubmission.pending(self.run_dir, status.data)
+        if status.data.get("state") in FINAL_STATES and taken is None:
+            print(
+                f"point {self.spec.name} is already {status.data['state']} ({status.path}): nothing to do, "
+                f"nothing changed. To run it again: python launch/resubmit.py {self.run_dir.parent}",
+                file=sys.stderr,
+                flush=True,
+            )
             return EXIT_OK
+        self.resubmission = taken or status.data.get("resubmission")
         attempt = status.attempt + 1
         attempt_dir = self.run_dir / "attempts" / str(attempt)
         self._write_run_files(attempt_dir)
         _setup_logging(attempt_dir / "driver.log")
         procs.become_subreaper()
         self._install_signals()
+        if environment.in_slurm() and os.environ.get("SLURMD_NODENAME"):
+            # scancel --signal=USR2 without --batch signals job steps only, never this batch step
+            signal_relay.start(os.environ["SLURMD_NODENAME"], attempt_dir / "signal_relay.log")
         control.reset(self.ctl)
         status.start_attempt(target_step=self._target_step(), slurm=environment.slurm_info())
+        if self.resubmission is not None:
+            status.data["resubmission"] = self.resubmission
+            status.update_attempt(resubmission=self.resubmission)
         log.info("point %s, attempt %d, run folder %s", self.spec.name, attempt, self.run_dir)
         state, ended_by, reason, exit_code, requeue = "failed", "failed", "", None, False
         judged_target: int | None = None
         try:
             # verl's own check of the point (importing verl takes seconds) runs while Ray and the
             # sidecars come up; the trainer starts only once it passed.
-            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="validate") as pool:
+            pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="validate")
+            try:
                 validation = pool.submit(self._validate)
                 self._check_checkpoint_folder()  # before anything in it is changed
                 keep = self.spec.verl_value("trainer.max_actor_ckpt_to_keep")
@@ -364,21 +395,26 @@ class Driver:
                 try:
                     env = self._start_services(attempt_dir, env)
                 finally:
-                    validation.result()  # a validation failure wins over a start-up error
+                    if self.stop_signal is None:
+                        validation.result()  # a validation failure wins over a start-up error
+            finally:
+                # After a stop signal only Slurm's KillWait is left: the check is not waited for
+                # (the trainer will not start in this attempt).
+                pool.shutdown(wait=self.stop_signal is None)
             cmd = trainer.command(self.spec, self._sidecar_overrides())
             trainer.write_command_file(
                 self.run_dir / "verl_cmd.sh", cmd, list(trainer.environment(self.run_dir, attempt_dir))
             )
-            if self.spec.runtime.get("needs_gpu", True) and not environment.cuda_available():
+            if self.stop_signal is not None:
+                state, ended_by, requeue = self._interrupted_outcome(status)
+                reason = "stopped before the trainer started"
+            elif self.spec.runtime.get("needs_gpu", True) and not environment.cuda_available():
                 state = ended_by = "skipped_no_gpu"
                 reason = (
                     "no CUDA GPU on this node: Ray, the sidecars and verl's config check ran; training was "
                     f"skipped. The trainer command is in {self.run_dir / 'verl_cmd.sh'}"
                 )
                 exit_code = 0
-            elif self.stop_signal is not None:
-                state, ended_by, requeue = self._interrupted_outcome(status)
-                reason = "stopped before the trainer started"
             else:
                 exit_code = self._supervise_trainer(cmd, env, attempt_dir)
                 saved = control.saved_marker(self.ctl)
@@ -409,9 +445,16 @@ class Driver:
                 state, requeue = "requeued", True
             log.error("%s", exc)
         except (sidecars.SidecarError, ray_cluster.RayStartError) as exc:
-            ended_by = "sidecar_failed" if isinstance(exc, sidecars.SidecarError) else "ray_failed"
-            reason = str(exc)
-            log.error("%s", exc)
+            if self.stop_signal is not None:
+                # Slurm signals every process of the job (scancel, preemption): Ray or a sidecar
+                # dying now is the stop, not a start-up failure.
+                state, ended_by, requeue = self._interrupted_outcome(status)
+                reason = f"stopped on {signal.Signals(self.stop_signal).name} while Ray and the sidecars were starting"
+                log.warning("%s (%s)", reason, str(exc).splitlines()[0])
+            else:
+                ended_by = "sidecar_failed" if isinstance(exc, sidecars.SidecarError) else "ray_failed"
+                reason = str(exc)
+                log.error("%s", exc)
         except Exception as exc:
             reason = f"{type(exc).__name__}: {exc}"
             log.exception("driver error")
@@ -462,8 +505,9 @@ def _last_step(metrics_path: Path) -> int | None:
 
 
 def _requeue_self() -> None:
-    """``scontrol requeue`` this job: it goes back to the queue with the same id (and run folder)."""
-    job = os.environ["SLURM_JOB_ID"]
+    """``scontrol requeue <own task id>``: this task (never its array) goes back to the queue with
+    the same id and run folder."""
+    job = environment.slurm_task_id()
     log.info("requeueing job %s", job)
     for handler_sig in (signal.SIGTERM, signal.SIGUSR2):
         signal.signal(handler_sig, signal.SIG_IGN)  # Slurm signals the job while requeueing it

@@ -31,6 +31,63 @@ def in_slurm() -> bool:
     return bool(os.environ.get("SLURM_JOB_ID"))
 
 
+def slurm_task_id() -> str | None:
+    """This job's own Slurm id: ``<array job id>_<task id>`` in a job array, else ``SLURM_JOB_ID``.
+
+    Every query or command that means "this task" uses it. In an array the placeholder task's
+    ``SLURM_JOB_ID`` equals ``SLURM_ARRAY_JOB_ID``, so ``scontrol requeue $SLURM_JOB_ID`` would
+    requeue every task of the array and ``squeue -j $SLURM_JOB_ID`` would list them all.
+    None outside Slurm.
+    """
+    env = os.environ
+    if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+        return f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+    return env.get("SLURM_JOB_ID") or None
+
+
+def slurm_time_left_s(timeout_s: float = 10) -> float | None:
+    """Seconds this task has left before its time limit (``squeue -h -j <own id> -o %L``).
+
+    None outside Slurm, when squeue fails or answers nothing parseable (``UNLIMITED``, ``INVALID``).
+    """
+    from grpokit.results.slurm_state import parse_duration
+
+    task = slurm_task_id()
+    if not task:
+        return None
+    try:
+        cmd = ["squeue", "-h", "-j", task, "-o", "%L"]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = out.stdout.split()
+    if out.returncode != 0 or len(lines) != 1:  # exactly this task's line
+        return None
+    return parse_duration(lines[0])
+
+
+def slurm_requeue_pending(timeout_s: float = 10) -> bool | None:
+    """Whether Slurm is requeueing this task right now (preemption in REQUEUE mode, ``scontrol requeue``).
+
+    On such a requeue slurmctld counts the restart (``Restarts=`` of ``scontrol show job``) before
+    it sends SIGTERM, so a count above this run's ``SLURM_RESTART_COUNT`` means the job comes back;
+    an unchanged count on SIGTERM means it ends for good (``scancel``, the time limit). None outside
+    Slurm or when scontrol cannot say.
+    """
+    task = slurm_task_id()
+    if not task:
+        return None
+    try:
+        cmd = ["scontrol", "show", "job", "-o", task]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    fields = dict(f.split("=", 1) for f in out.stdout.split() if "=" in f)
+    if out.returncode != 0 or not fields.get("Restarts", "").isdigit():
+        return None
+    return int(fields["Restarts"]) > int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+
+
 def slurm_info() -> dict[str, Any]:
     """The allocation as ``status.json`` records it (empty outside Slurm)."""
     env = os.environ

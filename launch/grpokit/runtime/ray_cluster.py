@@ -12,15 +12,19 @@ until every node and its GPUs are registered, with a deadline).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from grpokit.runtime import ports, procs
@@ -47,6 +51,10 @@ class RayStartError(RuntimeError):
     """Ray did not come up: names the component and carries the tail of its log."""
 
 
+class RayStartInterrupted(RayStartError):
+    """The start was given up because the job is stopping (a stop signal arrived meanwhile)."""
+
+
 def short_temp_dir() -> Path:
     """A fresh private dir with a short path (Ray's socket paths must stay under 107 bytes).
 
@@ -58,6 +66,16 @@ def short_temp_dir() -> Path:
             path.chmod(0o700)
             return path
     raise RayStartError("no writable short temp dir (/tmp, /dev/shm) for Ray's sockets")
+
+
+def restrict_temp_dir(path: Path) -> None:
+    """Give ``path`` back mode 700 when Ray has opened it up (Ray makes its temp dir mode 777, a
+    convention of its shared ``/tmp/ray``; this dir is the job's own)."""
+    try:
+        if path.stat().st_mode & 0o077:
+            path.chmod(0o700)
+    except OSError:
+        pass
 
 
 def port_args(p: dict[str, int], worker_block_start: int, worker_ports: int = WORKER_PORT_BLOCK) -> list[str]:
@@ -135,7 +153,21 @@ class RayCluster:
         return self.head.poll() is None and all(w.poll() is None for w in self.workers)
 
     def stop(self, grace_s: float) -> None:
-        """Stop this cluster's processes only (never ``ray stop``, which is node-wide)."""
+        """Stop this cluster's processes only (never ``ray stop``, which is node-wide).
+
+        The workers first, by SIGUSR1 to their ``srun``, which passes it on to
+        :mod:`grpokit.runtime.ray_worker` (on SIGTERM ``srun`` SIGKILLs its step at once, and the
+        worker could not stop Ray and remove its temp dir); whatever is left after ``grace_s`` is
+        stopped like the head: SIGTERM, then SIGKILL.
+        """
+        for proc in self.workers:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGUSR1)
+        deadline = time.monotonic() + grace_s
+        for proc in self.workers:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
         for proc in [*self.workers, self.head]:
             procs.stop_tree(proc.pid, grace_s, name="ray")
         shutil.rmtree(self.temp_dir, ignore_errors=True)
@@ -152,12 +184,15 @@ def start_cluster(**kwargs) -> RayCluster:
 
     Every try gets fresh ports and a fresh temp dir; any other failure is raised at once.
     """
+    stop_requested = kwargs.get("stop_requested")
     for attempt in range(1, START_ATTEMPTS + 1):
         try:
             return start_cluster_once(**kwargs)
         except RayStartError as exc:
             if _OVERLOAD not in str(exc) or attempt == START_ATTEMPTS:
                 raise
+            if stop_requested is not None and stop_requested():
+                raise RayStartInterrupted("the job is stopping: Ray's start is not tried again") from exc
             log.warning(
                 "ray head timed out during its own start-up (node overloaded); try %d of %d",
                 attempt + 1,
@@ -175,6 +210,7 @@ def start_cluster_once(
     nodes: list[str],
     multi_node_host: str | None,
     timeout_s: float,
+    stop_requested: Callable[[], bool] | None = None,
     object_store_bytes: int | None = None,
     worker_ports: int = WORKER_PORT_BLOCK,
 ) -> RayCluster:
@@ -190,6 +226,8 @@ def start_cluster_once(
         object_store_bytes: ``--object-store-memory`` of every node (None: Ray's own default),
             sized from the job's memory by :mod:`grpokit.runtime.ray_resources`.
         worker_ports: size of each node's worker port range.
+        stop_requested: polled while waiting; when it turns true the start is given up
+            (:class:`RayStartInterrupted`), since the job is stopping anyway.
 
     Raises:
         RayStartError: a Ray process exited or the deadline passed; the log tail is included.
@@ -253,15 +291,31 @@ def start_cluster_once(
             ]
             log.info("ray worker on %s: %s", node, " ".join(worker_cmd))
             cluster.workers.append(procs.start(worker_cmd, log_dir / f"ray_worker_{node}.log", env=worker_env))
-        wait_ready(cluster, env=env, num_gpus=num_gpus, timeout_s=timeout_s, log_dir=log_dir)
+        wait_ready(
+            cluster, env=env, num_gpus=num_gpus, timeout_s=timeout_s, log_dir=log_dir, stop_requested=stop_requested
+        )
+        restrict_temp_dir(temp_dir)
     except BaseException:
         cluster.stop(grace_s=5)
         raise
     return cluster
 
 
-def wait_ready(cluster: RayCluster, *, env: dict[str, str], num_gpus: int, timeout_s: float, log_dir: Path) -> dict:
-    """Poll (in a probe process) until every node is alive and its GPUs are registered."""
+def wait_ready(
+    cluster: RayCluster,
+    *,
+    env: dict[str, str],
+    num_gpus: int,
+    timeout_s: float,
+    log_dir: Path,
+    stop_requested: Callable[[], bool] | None = None,
+) -> dict:
+    """Poll (in a probe process) until every node is alive and its GPUs are registered.
+
+    Raises:
+        RayStartError: a Ray process exited or the probe gave up.
+        RayStartInterrupted: ``stop_requested()`` turned true (the job got a stop signal).
+    """
     probe = [
         sys.executable,
         "-m",
@@ -279,6 +333,10 @@ def wait_ready(cluster: RayCluster, *, env: dict[str, str], num_gpus: int, timeo
             out, err = proc.communicate(timeout=0.5)
             break
         except subprocess.TimeoutExpired:
+            if stop_requested is not None and stop_requested():
+                proc.kill()
+                proc.communicate()
+                raise RayStartInterrupted("the job is stopping: Ray's start was given up") from None
             dead = [p for p in [cluster.head, *cluster.workers] if p.poll() is not None]
             if dead:
                 proc.kill()

@@ -1,20 +1,64 @@
 """``python -m grpokit.runtime.ray_worker``: join this job's Ray head from another node.
 
 Started by the driver through ``srun --overlap`` on each node after the first. It reserves this
-node's ports (see :mod:`grpokit.runtime.ports`) and then becomes ``ray start --block`` (same pid,
-so the reservation lives exactly as long as the Ray worker).
+node's ports (see :mod:`grpokit.runtime.ports`), runs ``ray start --block`` as its child and stays
+its parent, so that the reservation lives as long as the Ray worker and the worker's leftovers are
+cleared when it ends:
+
+- USR2 is ignored here and, inherited through fork and exec, by every Ray process of this node:
+  ``scancel --signal=USR2`` (and any ``--signal`` without ``B:``) signals every job step, and
+  the warning is the driver's alone; a Ray worker that died of it took verl's actors on this node
+  with it, before the save they were needed for.
+- On SIGUSR1 (the driver stopping this step: ``srun`` passes USR1 on, while it answers SIGTERM by
+  SIGKILLing the step) or SIGTERM (Slurm ending the job) the Ray worker's process tree is stopped;
+  then Ray's temp dir, which Ray makes mode 777, is removed and the ports released. While Ray runs
+  the temp dir is kept at mode 700, so a worker SIGKILLed by Slurm leaves no world-writable dir.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import shutil
+import signal
 import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 
-from grpokit.runtime.ray_cluster import WORKER_PORT_BLOCK, port_args, ray_cli, reserve_node_ports, short_temp_dir
+from grpokit.runtime import procs
+from grpokit.runtime.ports import release_ports
+from grpokit.runtime.ray_cluster import (
+    WORKER_PORT_BLOCK,
+    port_args,
+    ray_cli,
+    reserve_node_ports,
+    restrict_temp_dir,
+    short_temp_dir,
+)
+
+#: Seconds ``ray start`` gets to stop its node after SIGTERM before its tree is killed; below the
+#: driver's own grace for this step (``runtime.kill_grace_s``), so the clean-up runs before that ends.
+STOP_GRACE_S = 3.0
+
+
+#: Stop signals received (SIGUSR1, SIGTERM, SIGINT), recorded from the start so that none is lost
+#: between making the temp dir and starting Ray.
+_STOP: list[int] = []
+
+
+def _on_stop(signum, _frame) -> None:
+    _STOP.append(signum)
+
+
+def _ray_child_setup() -> None:
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # USR1 is for this process only (Ray keeps USR2 ignored)
 
 
 def main() -> None:
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # before anything else: see the module docstring
+    for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _on_stop)
     parser = argparse.ArgumentParser()
     parser.add_argument("--address", required=True, help="the head's host:port")
     parser.add_argument("--num-cpus", type=int, required=True)
@@ -43,7 +87,38 @@ def main() -> None:
         *port_args(node_ports, block, args.worker_ports),
     ]
     print(" ".join(cmd), flush=True)
-    os.execv(cmd[0], cmd)  # cmd[0] is an absolute path (the script or this interpreter)
+    sys.exit(supervise(cmd, temp_dir))
+
+
+def supervise(cmd: list[str], temp_dir: Path, grace_s: float = STOP_GRACE_S) -> int:
+    """Run ``cmd`` (``ray start --block``) until it exits or SIGUSR1/SIGTERM/SIGINT arrives; then
+    stop its tree, remove ``temp_dir`` and release this process's port reservation.
+
+    Returns:
+        ``ray start``'s exit code, or 0 when it was stopped on a signal.
+    """
+    stop = _STOP
+    for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _on_stop)
+    procs.become_subreaper()  # Ray's daemons come back here if ray start exits before them
+    rc = 0
+    try:
+        if not stop:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, preexec_fn=_ray_child_setup)
+            while proc.poll() is None and not stop:
+                restrict_temp_dir(temp_dir)
+                time.sleep(0.5)
+            if proc.poll() is None:
+                restrict_temp_dir(temp_dir)
+                print(f"{signal.Signals(stop[0]).name}: stopping the Ray worker", flush=True)
+                procs.stop_tree(proc.pid, grace_s, name="ray worker")
+            rc = proc.wait()
+    finally:
+        procs.stop_all_children(grace_s)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        release_ports()
+    print(f"ray worker ended ({'stopped' if stop else f'exit {rc}'}); removed {temp_dir}", flush=True)
+    return 0 if stop else rc
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from grpokit.config.point import PointSpec
 from grpokit.results.slurm_state import job_states
 from grpokit.results.summary import point_state
 from grpokit.results.sweep_folder import load_sweep
+from grpokit.runtime import resubmission
 from grpokit.runtime.status import write_json_atomic
 from grpokit.submit import slurm
 from grpokit.submit.folder import folder_state, open_existing
@@ -62,6 +63,9 @@ def _resubmit_locked(claim, states: tuple[str, ...], dry_run: bool) -> list[dict
     if not entries or dry_run:
         return entries
     specs = [PointSpec.from_json((Path(p["run_dir"]) / "point.json").read_text()) for p in entries]
+    for p in entries:
+        # the explicit permission for a point in a final state to run again (its driver refuses otherwise)
+        resubmission.request(Path(p["run_dir"]))
     cluster = specs[0].cluster
     if cluster.get("kind") == "slurm":
         executor = slurm.make_executor(sweep_dir / "submitit", cluster, name=manifest["sweep"], num_points=len(specs))

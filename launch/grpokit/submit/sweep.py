@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpokit.config.point import PointSpec, build_point, kit_notices
 from grpokit.paths import CONFIG_DIR
+from grpokit.runtime import resubmission
 from grpokit.runtime.status import write_json_atomic
 from grpokit.submit import resume as resume_mod
 from grpokit.submit.folder import (
@@ -339,6 +340,9 @@ def resume_sweep(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], 
         return [_job_return(s, None) for s in specs]
     manifest = read_manifest(sweep_dir)
     before = attempt_counts(todo)
+    for spec in todo:
+        # the explicit permission for a point in a final state to run again (its driver refuses otherwise)
+        resubmission.request(Path(spec.run_dir))
     if cluster.get("kind") == "slurm":
         job_ids: list[str | None] = list(submit_slurm(sweep_dir, todo, cluster))
     else:

@@ -17,11 +17,9 @@ from grpokit.results.summary import point_state
 from grpokit.results.sweep_folder import load_sweep
 from grpokit.runtime import resubmission
 from grpokit.runtime.status import write_json_atomic
-from grpokit.submit import slurm
 from grpokit.submit.folder import folder_state, open_existing
 from grpokit.submit.manifest import MANIFEST, read_manifest, replace_job_ids
-from grpokit.submit.sweep import run_local
-from grpokit.submit.task import RunPointTask
+from grpokit.submit.sweep import run_local, submit_slurm
 
 log = logging.getLogger(__name__)
 
@@ -68,9 +66,8 @@ def _resubmit_locked(claim, states: tuple[str, ...], dry_run: bool) -> list[dict
         resubmission.request(Path(p["run_dir"]))
     cluster = specs[0].cluster
     if cluster.get("kind") == "slurm":
-        executor = slurm.make_executor(sweep_dir / "submitit", cluster, name=manifest["sweep"], num_points=len(specs))
-        jobs = executor.map_array(RunPointTask(), [s.to_json() for s in specs])
-        new_ids = [str(j.job_id) for j in jobs]
+        # as the sweep submits: arrays of at most MaxArraySize, a refusal is one line (exit 2)
+        new_ids: list[str | None] = list(submit_slurm(sweep_dir, specs, cluster))
     else:
         run_local(specs)
         new_ids = [None] * len(specs)

@@ -120,6 +120,55 @@ def test_arrays_per_request_share_the_parallelism_and_the_dry_run_shows_them():
     assert "#SBATCH --array=0-1%2" in text and "#SBATCH --mem=2GB" in text
 
 
+def test_a_refused_submission_leaves_the_sweep_folder_consistent(tmp_path):
+    from grpokit.config.point import PointSpec
+    from grpokit.submit.arrays import SubmissionError, after_refusal
+    from grpokit.submit.manifest import write_manifest
+
+    def folder(name: str) -> tuple[Path, list[PointSpec]]:
+        sweep = tmp_path / name
+        specs = [
+            PointSpec(
+                sweep_name=name,
+                index=i,
+                name=f"{i:03d}",
+                run_dir=str(sweep / f"{i:03d}"),
+                checkpoint_dir=str(sweep / f"{i:03d}" / "checkpoints"),
+                kit_overrides=[],
+                swept={},
+                verl_overrides=[],
+                experiment={},
+                model={},
+                cluster=REQUEST,
+                runtime={},
+                sidecars={},
+            )
+            for i in range(2)
+        ]
+        for spec in specs:  # what the sweep command writes before it submits
+            Path(spec.run_dir).mkdir(parents=True)
+            (Path(spec.run_dir) / "point.json").write_text(spec.to_json())
+        (sweep / "submitit").mkdir()
+        write_manifest(sweep, specs, [None, None], experiment="e", cluster="slurm", swept_keys=[])
+        return sweep, specs
+
+    refusal = SubmissionError("Slurm refused the submission: x; fix: y")
+    sweep, specs = folder("new")
+    assert "removed" in after_refusal(sweep, specs, refusal) and not sweep.exists()
+    sweep, specs = folder("kept")
+    (Path(specs[0].run_dir) / "notes.txt").write_text("mine")  # not the kit's: never removed
+    assert "keeps" in after_refusal(sweep, specs, refusal) and (sweep / "000" / "notes.txt").exists()
+    sweep, specs = folder("half")
+    half = SubmissionError("...", cancelled=["77"], job_ids=["77_0", None])
+    after_refusal(sweep, specs, half)
+    entries = json.loads((sweep / "manifest.json").read_text())["points"]
+    assert [e["job_id"] for e in entries] == ["77_0", None]  # status.py shows 000 cancelled, 001 not submitted
+    sweep, specs = folder("resumed")
+    write_manifest(sweep, specs, ["5_0", "5_1"], experiment="e", cluster="slurm", swept_keys=[])
+    before = (sweep / "manifest.json").read_text()
+    assert "unchanged" in after_refusal(sweep, specs, refusal) and (sweep / "manifest.json").read_text() == before
+
+
 # --- the command line (before Hydra) --------------------------------------------------------------
 
 

@@ -124,6 +124,12 @@ def submit_slurm(sweep_dir: Path, specs: list[PointSpec], cluster: dict[str, Any
         raise SystemExit(2) from None
 
 
+def arrays_phrase(job_ids: list[str | None]) -> str:
+    """``Slurm array 120`` or ``Slurm arrays 120, 121`` (a sweep above MaxArraySize goes out as several)."""
+    arrays = list(dict.fromkeys(str(j).split("_")[0] for j in job_ids if j))
+    return f"Slurm array{'s' if len(arrays) > 1 else ''} {', '.join(arrays)}"
+
+
 def run_local(specs: list[PointSpec]) -> list[int]:
     """Run points one after another on this machine (a workstation's GPU holds one at a time)."""
     codes = []
@@ -314,7 +320,7 @@ def submit_new(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], me
         write_manifest(sweep_dir, specs, job_ids, **meta)
         claim.record("new", names, job_ids)
         claim.release()
-        print(f"submitted {len(specs)} point(s) as Slurm array {job_ids[0].split('_')[0]}; sweep folder {sweep_dir}")
+        print(f"submitted {len(specs)} point(s) as {arrays_phrase(job_ids)}; sweep folder {sweep_dir}")
         print(f"  watch: python launch/status.py {sweep_dir} --watch")
         if wait:
             _wait(specs, job_ids, before)
@@ -356,7 +362,7 @@ def resume_sweep(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], 
         run_local(todo)
         print(f"resume: ran {len(todo)} point(s) here: {what}; left alone: {left}")
         return [_job_return(s, None) for s in specs]
-    print(f"resume: resubmitted {len(todo)} point(s) as Slurm array {str(job_ids[0]).split('_')[0]}: {what}")
+    print(f"resume: resubmitted {len(todo)} point(s) as {arrays_phrase(job_ids)}: {what}")
     print(f"  left alone: {left}; sweep folder {sweep_dir}")
     print(f"  watch: python launch/status.py {sweep_dir} --watch")
     if wait:

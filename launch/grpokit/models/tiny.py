@@ -17,8 +17,9 @@ merge, serving) in minutes; it learns nothing (random weights score 0). Shapes (
   model under ``text_config``, a 12-layer vision tower under ``vision_config``), 852,985,920
   parameters of which 752,393,024 are the language model (embeddings tied); vocab 248,320.
   Written with the processor files of the published checkpoint (``preprocessor_config.json``,
-  ``video_preprocessor_config.json``: ``Qwen3VLProcessor``), so vLLM's rollout and verl's FSDP
-  actor load it through the same code paths as the real model.
+  ``video_preprocessor_config.json``: ``Qwen3VLProcessor``). On the GPU host (2026-12-01) verl's
+  FSDP actor and ref loaded it (852.99 M parameters) and vLLM 0.24.0 accepted its config; the
+  engine building the model was not reached in the time available (docs/performance.md).
 
 The tokenizer has exactly ``vocab_size`` tokens: byte-level BPE trained on the given text, then
 ``<|reserved_N|>`` filler tokens (N = the id; never produced by encoding), then Qwen's special

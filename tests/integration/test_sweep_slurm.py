@@ -149,7 +149,7 @@ def test_bad_points_stop_the_sweep_before_submission(kit, slurm, kit_overrides, 
     assert "nothing was submitted" in text
     # a key typed on the command line is wrong for every point; other problems are named per point
     assert "[all points]" in text or (
-        "[000_max_response_length-512]" in text and "[001_max_response_length-1024]" in text
+        "000_max_response_length-512" in text and "001_max_response_length-1024" in text
     )
     after = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split()
     assert set(after) <= set(before), "a job was submitted"

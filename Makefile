@@ -40,8 +40,11 @@ run: install
 cluster:
 	bash slurm/local_cluster.sh up
 
+# Two pytest workers (one test file each) share the local cluster; the files marked
+# cluster_exclusive (they preempt whole nodes or time jobs on one node) run after, alone.
 test: install cluster
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not cluster_exclusive"
+	$(PY) -m pytest -q -m cluster_exclusive
 
 lint:
 	$(PY) -m ruff check launch tests bench

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slurm
+# Alone on the cluster (`make test` runs these after the parallel part): they preempt whole nodes
+# through `urgent`, reconfigure the preemption signal, or time jobs that must share one node.
+pytestmark = [pytest.mark.slurm, pytest.mark.cluster_exclusive]
 
 
 def preempt_signal(kit, mode: str) -> None:

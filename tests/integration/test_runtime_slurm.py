@@ -19,7 +19,9 @@ import httpx
 import psutil
 import pytest
 
-pytestmark = pytest.mark.slurm
+# Alone on the cluster (`make test` runs these after the parallel part): they preempt whole nodes
+# through `urgent`, reconfigure the preemption signal, or time jobs that must share one node.
+pytestmark = [pytest.mark.slurm, pytest.mark.cluster_exclusive]
 
 QUICK = ["verl.trainer.total_training_steps=2", "verl.trainer.save_freq=-1", "verl.trainer.test_freq=-1"]
 QUICK_ENV = {"FAKE_TRAINER_STEP_S": "0.2"}

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
+# Alone on the cluster (`make test` runs this file after the parallel part): it preempts a whole node.
 pytestmark = [
     pytest.mark.slurm,
+    pytest.mark.cluster_exclusive,
     pytest.mark.skipif(
         shutil.which("sinfo") is None,
         reason="Slurm is not installed (no `sinfo` on PATH); start the test cluster: bash slurm/local_cluster.sh up",

@@ -147,9 +147,7 @@ def test_bad_points_stop_the_sweep_before_submission(kit, slurm, kit_overrides, 
     assert key in text and words in text, text[-3000:]
     assert "nothing was submitted" in text
     # a key typed on the command line is wrong for every point; other problems are named per point
-    assert "[all points]" in text or (
-        "000_max_response_length-512" in text and "001_max_response_length-1024" in text
-    )
+    assert "[all points]" in text or ("000_max_response_length-512" in text and "001_max_response_length-1024" in text)
     # other test files share the cluster (make test runs two at once): look for this sweep's own job name
     queued = subprocess.run(["squeue", "-h", "--states=all", "-n", "bad", "-o", "%i"], capture_output=True, text=True)
     assert not queued.stdout.strip(), "a job was submitted"

@@ -197,8 +197,10 @@ def test_time_limit_warnings_are_counted_per_task_and_final_points_never_restart
             f"runtime.max_timeout_requeues={budget}",
             "verl.trainer.save_freq=5",
             "verl.trainer.test_freq=-1",
+            # all of GSM8K's rows (934 steps), so that the last point's target is in its data
+            "verl.data.train_max_samples=-1",
             # one point done within its first allocation, one needing a second, one never done
-            "verl.trainer.total_training_steps=6,60,2000",
+            "verl.trainer.total_training_steps=6,60,900",
         ],
         env={"FAKE_TRAINER_STEP_S": "0.5"},
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import subprocess
 
 import pytest
 
@@ -13,31 +14,35 @@ USR2, TERM, INT = signal.SIGUSR2, signal.SIGTERM, signal.SIGINT
 LEAD = 60.0
 
 CASES = [
-    # (signal, time left, time-outs so far, budget, in Slurm, Slurm requeues) -> (state, ended_by, requeue)
-    ("warning, budget left", USR2, LEAD + 20, 0, 1, True, None, ("requeued", "timeout", True)),
-    ("warning at the margin", USR2, LEAD + TIMEOUT_MARGIN_S, 0, 1, True, None, ("requeued", "timeout", True)),
-    ("warning, budget spent", USR2, LEAD - 5, 1, 1, True, None, ("failed", "timeout", False)),
-    ("warning, no budget at all", USR2, LEAD, 0, 0, True, None, ("failed", "timeout", False)),
-    ("time left unknown counts as time-out", USR2, None, 0, 2, True, None, ("requeued", "timeout", True)),
-    ("time left unknown, budget spent", USR2, None, 2, 2, True, None, ("failed", "timeout", False)),
+    # (signal, time left, time-outs so far, budget, in Slurm, Slurm requeues, Slurm preempts)
+    #   -> (state, ended_by, requeue)
+    ("warning, budget left", USR2, LEAD + 20, 0, 1, True, None, False, ("requeued", "timeout", True)),
+    ("warning at the margin", USR2, LEAD + TIMEOUT_MARGIN_S, 0, 1, True, None, False, ("requeued", "timeout", True)),
+    ("warning, budget spent", USR2, LEAD - 5, 1, 1, True, None, False, ("failed", "timeout", False)),
+    ("warning, no budget at all", USR2, LEAD, 0, 0, True, None, False, ("failed", "timeout", False)),
+    ("time left unknown counts as time-out", USR2, None, 0, 2, True, None, None, ("requeued", "timeout", True)),
+    ("time left unknown, budget spent", USR2, None, 2, 2, True, None, None, ("failed", "timeout", False)),
     # a sibling still pending shows its full limit: the task's own line is what is read, so a
-    # preemption with much time left is not a time-out and is not bounded
-    ("preemption, much time left", USR2, 3600, 5, 1, True, None, ("requeued", "preempted", True)),
-    ("USR2 outside Slurm", USR2, None, 0, 1, False, None, ("requeued", "preempted", False)),
-    ("SIGTERM, Slurm requeues", TERM, 500, 0, 1, True, True, ("requeued", "preempted", False)),
-    ("SIGTERM, scancel", TERM, 500, 0, 1, True, False, ("cancelled", "cancelled", False)),
-    ("SIGTERM at the limit", TERM, 0, 0, 1, True, False, ("failed", "timeout", False)),
-    ("SIGTERM, unknown", TERM, None, 0, 1, False, None, ("requeued", "preempted", False)),
-    ("Ctrl-C", INT, None, 0, 1, False, None, ("cancelled", "cancelled", False)),
+    # signal with much time left is not a time-out and is not bounded
+    ("scancel --signal, much time left", USR2, 3600, 5, 1, True, None, False, ("requeued", "preempted", True)),
+    # a preemption's warning near the end of a short allocation: Slurm says it preempts
+    ("preemption near the limit", USR2, LEAD + 10, 1, 1, True, None, True, ("requeued", "preempted", True)),
+    ("USR2 outside Slurm", USR2, None, 0, 1, False, None, None, ("requeued", "preempted", False)),
+    ("SIGTERM, Slurm requeues", TERM, 500, 0, 1, True, True, True, ("requeued", "preempted", False)),
+    ("SIGTERM, preempted in CANCEL mode", TERM, 500, 0, 1, True, False, True, ("requeued", "preempted", True)),
+    ("SIGTERM, scancel", TERM, 500, 0, 1, True, False, False, ("cancelled", "cancelled", False)),
+    ("SIGTERM at the limit", TERM, 0, 0, 1, True, False, False, ("failed", "timeout", False)),
+    ("SIGTERM, unknown", TERM, None, 0, 1, False, None, None, ("requeued", "preempted", False)),
+    ("Ctrl-C", INT, None, 0, 1, False, None, None, ("cancelled", "cancelled", False)),
 ]
 
 
 @pytest.mark.parametrize(
-    ("sig", "left", "so_far", "budget", "in_slurm", "requeues", "expected"),
+    ("sig", "left", "so_far", "budget", "in_slurm", "requeues", "preempts", "expected"),
     [c[1:] for c in CASES],
     ids=[c[0] for c in CASES],
 )
-def test_decision_table(sig, left, so_far, budget, in_slurm, requeues, expected):
+def test_decision_table(sig, left, so_far, budget, in_slurm, requeues, preempts, expected):
     d = decide(
         sig,
         time_left_s=left,
@@ -46,6 +51,7 @@ def test_decision_table(sig, left, so_far, budget, in_slurm, requeues, expected)
         max_timeout_requeues=budget,
         in_slurm=in_slurm,
         slurm_requeues=requeues,
+        slurm_preempting=preempts,
     )
     assert (d.state, d.ended_by, d.requeue) == expected
     assert d.why
@@ -88,3 +94,40 @@ def test_own_slurm_task_id(monkeypatch, env, expected):
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     assert environment.slurm_task_id() == expected
+
+
+def _scontrol(monkeypatch, fields: str, restart_env: str | None = None):
+    monkeypatch.setenv("SLURM_JOB_ID", "44")
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "44")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "2")
+    if restart_env is None:
+        monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
+    else:
+        monkeypatch.setenv("SLURM_RESTART_COUNT", restart_env)
+    seen = []
+
+    def fake_run(cmd, **_kw):
+        seen.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, stdout=f"JobId=44 ArrayJobId=44 ArrayTaskId=2 {fields}\n", stderr="")
+
+    monkeypatch.setattr(environment.subprocess, "run", fake_run)
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("fields", "restart_env", "expected"),
+    [
+        # lines as Slurm 22.05's `scontrol show job -o` printed them on the local cluster
+        ("Restarts=0 StartTime=2026-12-01T10:01:30 PreemptTime=None", None, (False, False)),
+        ("Restarts=0 StartTime=2026-12-01T10:01:30 PreemptTime=2026-12-01T10:01:35", None, (False, True)),
+        # an earlier run's preemption does not make this run's warning a preemption
+        ("Restarts=1 StartTime=2026-12-01T10:05:00 PreemptTime=2026-12-01T10:01:35", "1", (False, False)),
+        ("Restarts=2 StartTime=2026-12-01T10:05:00", "1", (True, None)),
+        ("JobState=COMPLETING", None, (None, None)),
+    ],
+)
+def test_slurm_stop_view_reads_this_tasks_record(monkeypatch, fields, restart_env, expected):
+    seen = _scontrol(monkeypatch, fields, restart_env)
+    view = environment.slurm_stop_view()
+    assert (view.requeueing, view.preempting) == expected
+    assert seen == [["scontrol", "show", "job", "-o", "44_2"]], "the task's own id, never the array's"

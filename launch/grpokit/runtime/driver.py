@@ -107,6 +107,7 @@ class Driver:
         # What Slurm said when the stop signal arrived (the stop decision's inputs).
         self.time_left_at_signal: float | None = None
         self.slurm_requeues: bool | None = None
+        self.slurm_preempting: bool | None = None
         self.resubmission: str | None = None
         self.cluster: ray_cluster.RayCluster | None = None
         self.sidecars: dict[str, sidecars.Sidecar] = {}
@@ -128,12 +129,13 @@ class Driver:
         if signum != signal.SIGUSR2:
             budget = min(budget, self.grace_s * 2)
         left = self.time_left_at_signal = _slurm_time_left_s()
-        if signum == signal.SIGTERM:
-            self.slurm_requeues = environment.slurm_requeue_pending()
+        view = environment.slurm_stop_view()
+        self.slurm_requeues, self.slurm_preempting = view.requeueing, view.preempting
         log.info(
-            "Slurm task %s: own time left %s s, Slurm requeueing it: %s",
+            "Slurm task %s: own time left %s s, Slurm preempting it: %s, requeueing it: %s",
             environment.slurm_task_id(),
             None if left is None else round(left),
+            self.slurm_preempting,
             self.slurm_requeues,
         )
         if left is not None:
@@ -339,6 +341,7 @@ class Driver:
             max_timeout_requeues=int(self.spec.runtime.get("max_timeout_requeues", 3)),
             in_slurm=environment.in_slurm(),
             slurm_requeues=self.slurm_requeues,
+            slurm_preempting=self.slurm_preempting,
         )
         log.info("stop decision: %s (%s)", decision.state, decision.why)
         return decision.state, decision.ended_by, decision.requeue
@@ -418,7 +421,15 @@ class Driver:
             else:
                 exit_code = self._supervise_trainer(cmd, env, attempt_dir)
                 saved = control.saved_marker(self.ctl)
-                if self.stop_signal is not None:
+                done = None
+                if exit_code == 0:
+                    # completed = target step reached with a final checkpoint (runtime/completion.py)
+                    done = completion.judge_attempt(self.spec, attempt_dir, _last_step(attempt_dir / "metrics.jsonl"))
+                if done is not None:
+                    # The trainer ended by itself (a save request makes it exit non-zero): its own
+                    # outcome stands even when a warning came meanwhile, e.g. the target reached.
+                    state, ended_by, reason, judged_target = done.state, done.ended_by, done.reason, done.target_step
+                elif self.stop_signal is not None:
                     state, ended_by, requeue = self._interrupted_outcome(status)
                     reason = (
                         f"checkpointed step {saved['step']} on {signal.Signals(self.stop_signal).name}"
@@ -426,10 +437,6 @@ class Driver:
                         else f"stopped on {signal.Signals(self.stop_signal).name} without a new "
                         "checkpoint (resumes from the last one)"
                     )
-                elif exit_code == 0:
-                    # completed = target step reached with a final checkpoint (runtime/completion.py)
-                    done = completion.judge_attempt(self.spec, attempt_dir, _last_step(attempt_dir / "metrics.jsonl"))
-                    state, ended_by, reason, judged_target = done.state, done.ended_by, done.reason, done.target_step
                 else:
                     # The first traceback's error names the cause (a dead rollout engine's own
                     # error, not verl's later replay-buffer message); the tail follows it.
@@ -476,6 +483,12 @@ class Driver:
             timings=self.timings,
             slurm_state="REQUEUED" if requeue else None,
         )
+        if environment.in_slurm():
+            # The outcome is written: a late warning or SIGTERM (the time limit's, the job's end)
+            # must neither start a new stop nor kill this process with a signal exit status,
+            # which Slurm would record as the job's failure.
+            for late in (signal.SIGUSR2, signal.SIGTERM):
+                signal.signal(late, signal.SIG_IGN)
         log.info("point %s: %s (%s) %s", self.spec.name, state, ended_by, reason.splitlines()[0] if reason else "")
         if requeue:
             _requeue_self()

@@ -3,21 +3,25 @@
 A pure function of what the driver knows when the signal arrives, so that every case is
 table-tested without Slurm (``tests/unit/test_stop_decision.py``):
 
-=========  =================================================  ============  ==========  =======
-signal     what the driver knows                              state         ended_by    requeue
-=========  =================================================  ============  ==========  =======
-USR2       own time left <= lead + margin, budget left        requeued      timeout     in Slurm
-USR2       own time left <= lead + margin, budget spent       failed        timeout     no
-USR2       own time left unknown in Slurm (squeue failed)     as a time-out (bounded)
-USR2       own time left > lead + margin (preemption, scancel) requeued     preempted   in Slurm
-TERM       Slurm counted a restart (preemption, requeue)      requeued      preempted   no (Slurm does)
-TERM       no restart counted, time left <= 0                 failed        timeout     no
-TERM       no restart counted (scancel)                       cancelled     cancelled   no
-TERM       unknown (outside Slurm, scontrol failed)           requeued      preempted   no
-INT        (Ctrl-C)                                           cancelled     cancelled   no
-=========  =================================================  ============  ==========  =======
+=========  ==================================================  ============  ==========  ==============
+signal     what the driver knows                               state         ended_by    requeue
+=========  ==================================================  ============  ==========  ==============
+USR2       Slurm is preempting the task (``PreemptTime``)      requeued      preempted   in Slurm
+USR2       own time left <= lead + margin, budget left         requeued      timeout     in Slurm
+USR2       own time left <= lead + margin, budget spent        failed        timeout     no
+USR2       own time left unknown in Slurm (squeue failed)      as a time-out (bounded)
+USR2       own time left > lead + margin (scancel --signal)    requeued      preempted   in Slurm
+TERM       Slurm counted a restart (preemption, requeue)       requeued      preempted   no (Slurm does)
+TERM       Slurm is preempting it, no restart (CANCEL mode)    requeued      preempted   in Slurm
+TERM       no restart counted, time left <= 0                  failed        timeout     no
+TERM       no restart counted (scancel)                        cancelled     cancelled   no
+TERM       unknown (outside Slurm, scontrol failed)            requeued      preempted   no
+INT        (Ctrl-C)                                            cancelled     cancelled   no
+=========  ==================================================  ============  ==========  ==============
 
-"Own time left" is this task's (``squeue -j <array id>_<task id>``), never a sibling's. Slurm
+"Own time left" is this task's (``squeue -j <array id>_<task id>``), never a sibling's; a
+preemption is told by Slurm itself (its ``PreemptTime`` for this run), since near the end of a
+short allocation a preemption's warning comes with as little time left as the time limit's. Slurm
 sends the ``--signal`` warning when the time left is at most ``lead + 30 s`` (its periodic check,
 ``PERIODIC_TIMEOUT``), so a warning is recognised up to ``lead + TIMEOUT_MARGIN_S``. A time-out
 is bounded by ``runtime.max_timeout_requeues``; a preemption is not (the point did nothing wrong).
@@ -58,6 +62,7 @@ def decide(
     max_timeout_requeues: int,
     in_slurm: bool,
     slurm_requeues: bool | None = None,
+    slurm_preempting: bool | None = None,
 ) -> StopDecision:
     """Classify a stop signal (see the module table).
 
@@ -71,11 +76,14 @@ def decide(
             time-out requeues, so at most ``max_timeout_requeues + 1`` attempts end by time-out.
         in_slurm: whether the job runs under Slurm (only then is there anything to requeue).
         slurm_requeues: on SIGTERM, whether Slurm is requeueing the job itself
-            (:func:`grpokit.runtime.environment.slurm_requeue_pending`); None when unknown.
+            (:class:`grpokit.runtime.environment.SlurmStopView`); None when unknown.
+        slurm_preempting: whether Slurm is preempting the job (same source); None when unknown.
     """
     if signum == signal.SIGUSR2:
         if not in_slurm:
             return StopDecision("requeued", "preempted", False, "USR2 outside Slurm: checkpoint and stop")
+        if slurm_preempting:
+            return StopDecision("requeued", "preempted", True, "USR2: Slurm is preempting the job (PreemptTime set)")
         if time_left_s is None or time_left_s <= lead_s + TIMEOUT_MARGIN_S:
             left = "unknown" if time_left_s is None else f"{time_left_s:.0f} s"
             if timeouts_so_far >= max_timeout_requeues:
@@ -102,6 +110,8 @@ def decide(
     if signum == signal.SIGTERM:
         if slurm_requeues is True:
             return StopDecision("requeued", "preempted", False, "SIGTERM while Slurm requeues the job (preemption)")
+        if slurm_preempting:
+            return StopDecision("requeued", "preempted", in_slurm, "SIGTERM: Slurm preempts the job without requeue")
         if slurm_requeues is False:
             if time_left_s is not None and time_left_s <= 0:
                 return StopDecision("failed", "timeout", False, "SIGTERM at the time limit (no warning handled)")

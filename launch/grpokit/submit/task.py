@@ -8,8 +8,10 @@ import os
 class RunPointTask:
     """``RunPointTask()(spec_json) -> exit code``. Plain data in, so it always pickles.
 
-    With several nodes submitit starts one task per node; task 0 drives the job (and starts the
-    Ray workers on the other nodes itself through ``srun --overlap``), the others return at once.
+    It runs in the job's batch step on the first node (``use_srun=False``, see
+    :func:`grpokit.submit.slurm.executor_parameters`) and drives the whole job: the Ray workers on
+    the other nodes are started by the driver itself through ``srun --overlap``. Should it ever be
+    started once per task (through ``srun``), only task 0 drives and the others return at once.
     """
 
     def __call__(self, spec_json: str) -> int:

@@ -161,6 +161,27 @@ def node_address(node: str) -> str:
     return socket.gethostbyname(node)
 
 
+def srun_step(nodes: list[str], module: str, *args: str, extra: tuple[str, ...] = ()) -> list[str]:
+    """``srun`` command running ``python -m <module> <args>`` once on each of ``nodes`` of this job.
+
+    ``--overlap``: the step shares the allocation with the steps already running (the point's
+    own, Ray's); one task per node. ``extra`` holds further srun options (e.g. ``--gres``).
+    """
+    return [
+        "srun",
+        "--overlap",
+        f"--nodes={len(nodes)}",
+        f"--ntasks={len(nodes)}",
+        *(["--ntasks-per-node=1"] if len(nodes) > 1 else []),
+        f"--nodelist={','.join(nodes)}",
+        *extra,
+        sys.executable,
+        "-m",
+        module,
+        *args,
+    ]
+
+
 def visible_gpus() -> list[str]:
     """GPU ids this job may use (``CUDA_VISIBLE_DEVICES`` as Slurm set it), or [] when unset."""
     value = os.environ.get("CUDA_VISIBLE_DEVICES", "")

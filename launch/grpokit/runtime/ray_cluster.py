@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from grpokit.runtime import ports, procs
+from grpokit.runtime import environment, ports, procs
 
 log = logging.getLogger(__name__)
 
@@ -273,22 +273,16 @@ def start_cluster_once(
     worker_env = {"RAY_NUM_REDIS_GET_RETRIES": str(max(20, int(timeout_s / 2))), **env}
     try:
         for node in nodes[1:]:
-            worker_cmd = [
-                "srun",
-                "--overlap",
-                "--nodes=1",
-                "--ntasks=1",
-                f"--nodelist={node}",
-                *([f"--gres=gpu:{num_gpus}"] if num_gpus else []),
-                sys.executable,
-                "-m",
+            worker_cmd = environment.srun_step(
+                [node],
                 "grpokit.runtime.ray_worker",
                 f"--address={address}",
                 f"--num-cpus={num_cpus}",
                 f"--num-gpus={num_gpus}",
                 f"--worker-ports={worker_ports}",
                 *store_args,
-            ]
+                extra=(f"--gres=gpu:{num_gpus}",) if num_gpus else (),
+            )
             log.info("ray worker on %s: %s", node, " ".join(worker_cmd))
             cluster.workers.append(procs.start(worker_cmd, log_dir / f"ray_worker_{node}.log", env=worker_env))
         wait_ready(

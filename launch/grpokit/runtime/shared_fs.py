@@ -19,9 +19,10 @@ import os
 import secrets
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
+
+from grpokit.runtime import environment
 
 #: Seconds a node keeps looking for the token (covers attribute caches of network file systems).
 VISIBLE_WITHIN_S = 10.0
@@ -30,20 +31,7 @@ _MARK = "GRPOKIT_SHARED_FS "
 
 def probe_command(others: list[str], path: Path, token: str, within_s: float) -> list[str]:
     """``srun`` running the check once on each node of ``others`` (inside the job's allocation)."""
-    return [
-        "srun",
-        "--overlap",
-        f"--nodes={len(others)}",
-        f"--ntasks={len(others)}",
-        "--ntasks-per-node=1",
-        f"--nodelist={','.join(others)}",
-        sys.executable,
-        "-m",
-        "grpokit.runtime.shared_fs",
-        str(path),
-        token,
-        f"--within={within_s:g}",
-    ]
+    return environment.srun_step(others, "grpokit.runtime.shared_fs", str(path), token, f"--within={within_s:g}")
 
 
 def unshared_nodes(folder: Path, others: list[str], within_s: float = VISIBLE_WITHIN_S) -> dict[str, str] | None:

@@ -18,22 +18,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grpokit.runtime import procs
+from grpokit.runtime import environment, procs
 
 
 def start(node: str, log_path: Path) -> subprocess.Popen:
     """Start the relay step for this process (the driver) on ``node``, its own node."""
-    cmd = [
-        "srun",
-        "--overlap",
-        "--nodes=1",
-        "--ntasks=1",
-        f"--nodelist={node}",
-        sys.executable,
-        "-m",
-        "grpokit.runtime.signal_relay",
-        f"--pid={os.getpid()}",
-    ]
+    cmd = environment.srun_step([node], "grpokit.runtime.signal_relay", f"--pid={os.getpid()}")
     return procs.start(cmd, log_path)
 
 

@@ -38,6 +38,8 @@ from pathlib import Path
 
 import psutil
 
+from grpokit.runtime import environment
+
 log = logging.getLogger(__name__)
 
 #: Where processes that installed :func:`install_stack_handler` write their stacks (set by the job).
@@ -318,18 +320,9 @@ def local_targets(trainer_pid: int, ray_pid: int | None) -> list[tuple[str, int]
 
 def remote_dump_command(node: str, address: str, stacks_dir: Path) -> list[str]:
     """``srun`` command that prints the stacks of this job's Ray workers on another node."""
-    return [
-        "srun",
-        "--overlap",
-        "--nodes=1",
-        "--ntasks=1",
-        f"--nodelist={node}",
-        sys.executable,
-        "-m",
-        "grpokit.runtime.watchdog",
-        f"--ray-address={address}",
-        f"--stacks-dir={stacks_dir}",
-    ]
+    return environment.srun_step(
+        [node], "grpokit.runtime.watchdog", f"--ray-address={address}", f"--stacks-dir={stacks_dir}"
+    )
 
 
 def write_stacks_file(

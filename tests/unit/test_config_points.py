@@ -11,17 +11,6 @@ from grpokit.validate import validate_point
 from grpokit.validate.verl_check import check_command_line
 
 
-@pytest.fixture
-def base(tiny_model_dir, gsm8k_dir, tmp_path) -> list[str]:
-    return [
-        "model=tiny",
-        f"model.path={tiny_model_dir}",
-        f"experiment.data_dir={gsm8k_dir}",
-        f"logs_root={tmp_path}",
-        "sweep_name=unit",
-    ]
-
-
 def point(overrides: list[str]):
     return build_point(compose_kit(overrides), index=0, kit_overrides=overrides, swept={})
 

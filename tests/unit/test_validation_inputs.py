@@ -225,17 +225,6 @@ def test_a_plus_key_the_kit_already_sets_is_an_update():
 # --- one point: the model, derived settings, verl's checks ---------------------------------------
 
 
-@pytest.fixture
-def base(tiny_model_dir, gsm8k_dir, tmp_path) -> list[str]:
-    return [
-        "model=tiny",
-        f"model.path={tiny_model_dir}",
-        f"experiment.data_dir={gsm8k_dir}",
-        f"logs_root={tmp_path / 'logs'}",
-        "sweep_name=unit",
-    ]
-
-
 def point(overrides: list[str], index: int = 0):
     return build_point(compose_kit(overrides), index=index, kit_overrides=overrides, swept={})
 

@@ -47,4 +47,4 @@ test: install cluster
 	$(PY) -m pytest -q -m cluster_exclusive
 
 lint:
-	$(PY) -m ruff check launch tests bench
+	$(PY) -m ruff check src launch tests bench

@@ -17,7 +17,7 @@ import argparse
 import json
 from pathlib import Path
 
-N_LM = 752_393_024  # Qwen3.5-0.8B language model (launch/grpokit/models/tiny.py)
+N_LM = 752_393_024  # Qwen3.5-0.8B language model (src/grpokit/models/tiny.py)
 PEAK_FLOPS = 790e12  # bf16 matrix rate measured on the GPU host (device notes, KINDS.md)
 PEAK_BYTES = 4.3e12  # copy bandwidth measured there
 PARTS = ("gen", "old_log_prob", "ref", "update_actor", "update_weights", "adv", "save_checkpoint", "step")

@@ -174,7 +174,7 @@ def test_wrong_key_fails_at_once_naming_the_env_var(nlu_rows, memory_server_url,
 def test_verl_loads_it_as_an_async_reward_with_reward_kwargs(nlu_rows, memory_server_url):
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
-    path = REPO / "launch" / "grpokit" / "tasks" / "memalpha" / "reward.py"
+    path = REPO / "src" / "grpokit" / "tasks" / "memalpha" / "reward.py"
     config = OmegaConf.create(
         {
             "reward": {

@@ -48,11 +48,8 @@ def run_dir(tmp_path) -> Path:
 
 
 def load_cli():
-    spec = importlib.util.spec_from_file_location("grpokit_cli_merge", REPO / "launch" / "merge.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    """The command's module (grpokit.cli), as ``grpokit <command>`` runs it."""
+    return importlib.import_module(f"grpokit.cli.{'merge'}")
 
 
 def test_default_is_latest_complete_and_exact_command(run_dir):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -221,11 +220,8 @@ def test_report_tables_written(sweep_dir, tmp_path):
 
 
 def load_cli(name: str):
-    spec = importlib.util.spec_from_file_location(f"grpokit_cli_{name}", REPO / "launch" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    """The command's module (grpokit.cli), as ``grpokit <command>`` runs it."""
+    return importlib.import_module(f"grpokit.cli.{name}")
 
 
 def test_report_cli_writes_plots_that_open(sweep_dir, capsys):

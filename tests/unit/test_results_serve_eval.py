@@ -87,11 +87,8 @@ def servers(tmp_path):
 
 
 def load_cli():
-    spec = importlib.util.spec_from_file_location("grpokit_cli_serve_eval", REPO / "launch" / "serve_eval.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    """The command's module (grpokit.cli), as ``grpokit <command>`` runs it."""
+    return importlib.import_module(f"grpokit.cli.{'serve_eval'}")
 
 
 @pytest.mark.timeout(120)

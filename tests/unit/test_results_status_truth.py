@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -178,11 +177,8 @@ def test_without_slurm_the_status_file_decides(sweep):
 
 
 def load_cli(name: str):
-    spec = importlib.util.spec_from_file_location(f"grpokit_cli_{name}_truth", REPO / "launch" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    """The command's module (grpokit.cli), as ``grpokit <command>`` runs it."""
+    return importlib.import_module(f"grpokit.cli.{name}")
 
 
 def test_status_json_output(sweep, slurm, capsys):

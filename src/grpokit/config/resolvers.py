@@ -12,7 +12,7 @@ import math
 
 from omegaconf import OmegaConf
 
-from grpokit.paths import REPO_ROOT, package_file
+from grpokit.paths import package_file, project_dir
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -24,7 +24,7 @@ _RESOLVERS = {
     "kit_mul": lambda *xs: math.prod(int(x) for x in xs),
     "kit_min": lambda *xs: min(int(x) for x in xs),
     "kit_round_up": _round_up,
-    "kit_repo_root": lambda: str(REPO_ROOT),
+    "kit_repo_root": lambda: str(project_dir()),
     "kit_package_file": lambda rel: str(package_file(rel)),
 }
 

@@ -1,0 +1,52 @@
+"""The kit's commands, one module each; ``grpokit <command>`` (``[project.scripts]``) dispatches here.
+
+    grpokit sweep -m cluster=slurm verl.data.train_batch_size=8,16
+    grpokit status logs/gsm8k_grpo/sweep-1 --json
+
+``python launch/<command>.py`` runs the same module (``launch/`` holds one-line shims so the design
+card's commands keep working from a checkout). Each module has ``entry(argv) -> int``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+#: command name -> module under grpokit.cli (the name a user types; modules use underscores).
+COMMANDS: dict[str, str] = {
+    "sweep": "sweep",
+    "run": "run",
+    "status": "status",
+    "report": "report",
+    "resubmit": "resubmit",
+    "merge": "merge",
+    "serve-eval": "serve_eval",
+    "prepare-data": "prepare_data",
+    "download": "download",
+    "make-tiny-model": "make_tiny_model",
+}
+
+
+def _usage() -> str:
+    return (
+        "usage: grpokit <command> [args...]\ncommands: " + ", ".join(COMMANDS) + "\n(grpokit <command> --help for each)"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``grpokit`` console script. Exit status: the command's; 2 for an unknown command."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if args else 2
+    name, rest = args[0], args[1:]
+    module = COMMANDS.get(name) or (name if name in COMMANDS.values() else None)
+    if module is None:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(COMMANDS), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        print(f"grpokit: unknown command '{name}'{hint}\n{_usage()}", file=sys.stderr)
+        return 2
+    sys.argv = [f"grpokit {name}", *rest]  # Hydra and argparse read the program name from here
+    return importlib.import_module(f"grpokit.cli.{module}").entry(rest)

@@ -1,0 +1,47 @@
+"""Merge a run's FSDP checkpoint into <run folder>/hf/ with verl's model merger.
+
+Usage: python launch/merge.py logs/<sweep>/<NNN>_<slug> [--step N] [--overwrite] [--dry-run]
+Default: the latest complete checkpoint; an incomplete one is refused with what is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from grpokit.results.merge_cmd import CheckpointError, merge_run
+
+log = logging.getLogger(__name__)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dir", type=Path, help="run folder, logs/<sweep>/<NNN>_<slug>")
+    parser.add_argument("--step", type=int, default=None, help="global step to merge (default: latest complete)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing <run>/hf")
+    parser.add_argument("--dry-run", action="store_true", help="print the merger command, do not run it")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        cmd = merge_run(args.run_dir, args.step, overwrite=args.overwrite, dry_run=args.dry_run)
+    except (CheckpointError, FileExistsError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except subprocess.CalledProcessError as exc:
+        print(f"error: verl's model merger exited with {exc.returncode}", file=sys.stderr)
+        return 1
+    print(shlex.join(cmd))
+    return 0
+
+
+def entry(argv: list[str] | None = None) -> int:
+    """``grpokit merge ...`` / ``python launch/merge.py ...``; returns the exit status."""
+    return main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(entry())

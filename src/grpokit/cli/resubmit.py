@@ -1,0 +1,83 @@
+"""Resubmit a sweep's failed, timed-out and cancelled points; they resume from their checkpoints.
+
+    python launch/resubmit.py logs/<sweep>                       # failed, timeout, cancelled, preempted
+    python launch/resubmit.py logs/<sweep> --states timeout      # only those
+    python launch/resubmit.py logs/<sweep> --dry-run             # show, submit nothing
+
+Completed, queued and running points are left alone. Works when Slurm accounting (sacct) is off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from grpokit.submit.resubmit import DEFAULT_STATES, resubmit, select
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sweep_dir", type=Path)
+    parser.add_argument(
+        "--states",
+        default=",".join(DEFAULT_STATES),
+        help=f"comma-separated states to resubmit (default {','.join(DEFAULT_STATES)})",
+    )
+    parser.add_argument("--dry-run", action="store_true")
+    args = parser.parse_args(argv)
+    states = tuple(s.strip() for s in args.states.split(",") if s.strip())
+    refused = states_problem(states)
+    if refused:
+        parser.error(refused)
+    if args.dry_run:
+        chosen = dict(select(args.sweep_dir, states))
+    entries = resubmit(args.sweep_dir, states, dry_run=args.dry_run)
+    if not entries:
+        print(f"nothing to resubmit in {args.sweep_dir} (states: {', '.join(states)})")
+        return 0
+    for e in entries:
+        if args.dry_run:
+            old = e.get("job_id") or "never submitted"
+            print(f"would resubmit {e['name']} ({chosen.get(e['index'], '?')}, was {old}) as a task of a new array")
+        else:
+            last = (e.get("history") or [{}])[-1]
+            old = last.get("job_id") or "never submitted"
+            print(f"resubmitted {e['name']} ({last.get('state', '?')}, was {old}) -> {e.get('job_id') or 'ran here'}")
+    return 0
+
+
+#: What each state that cannot be resubmitted is, for the refusal.
+NOT_RESUBMITTABLE = {
+    "completed": "a completed point is final (it reached its target step)",
+    "skipped_no_gpu": "a skipped_no_gpu point is final (it ran without a GPU; run the sweep on GPU nodes)",
+    "queued": "a queued point is still Slurm's",
+    "running": "a running point is still Slurm's",
+    "not submitted": "a point never submitted is the sweep's (sweep.py ... resume=true submits it)",
+    "unknown": "an unknown outcome is not a failure (read the run folder's status.json)",
+}
+
+
+def states_problem(states: tuple[str, ...]) -> str | None:
+    """One line refusing ``--states`` that are not resubmittable (final, live or unknown words)."""
+    if not states:
+        return f"--states is empty; choose from {', '.join(DEFAULT_STATES)}"
+    for state in states:
+        if state in DEFAULT_STATES:
+            continue
+        why = NOT_RESUBMITTABLE.get(state)
+        if why:
+            return f"--states {state}: {why}; resubmit accepts {', '.join(DEFAULT_STATES)}"
+        return f"--states {state}: no such state; resubmit accepts {', '.join(DEFAULT_STATES)}"
+    return None
+
+
+def entry(argv: list[str] | None = None) -> int:
+    """``grpokit resubmit ...`` / ``python launch/resubmit.py ...``; returns the exit status."""
+    return main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(entry())

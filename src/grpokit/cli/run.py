@@ -1,0 +1,96 @@
+"""Run one point in this process: the body of ``sbatch slurm/train.sbatch`` and of a plain local run.
+
+    python launch/run.py [kit overrides...]          # e.g. experiment=gsm8k_grpo model=tiny
+
+Inside a Slurm job the run folder is ``<logs_root>/<experiment>_job<SLURM_JOB_ID>/000``, so a
+requeued job comes back into the same folder; elsewhere it is named after the start time.
+The point is validated exactly as the sweep validates it before anything runs. A single run is a
+sweep of one point: its sweep folder gets a ``manifest.json`` (docs/run-folder.md), so
+``status.py``, ``report.py`` and ``resubmit.py`` read it like any sweep.
+
+Exit status: the driver's (0 completed, skipped_no_gpu or requeued; 1 failed); 2 when the point
+does not validate or its sweep folder holds another sweep (nothing ran).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from hydra.errors import HydraException
+from omegaconf import open_dict
+from omegaconf.errors import OmegaConfBaseException
+
+from grpokit.config.compose import compose_kit
+from grpokit.config.point import PointSpec, build_point
+from grpokit.runtime.driver import run_point
+from grpokit.submit.manifest import MANIFEST, write_manifest
+from grpokit.validate import validate_point
+
+
+def slurm_display_id() -> str | None:
+    """This job's id as status.py asks Slurm about it: ``<array job>_<task>`` in an array, else the job id."""
+    env = os.environ
+    if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+        return f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+    return env.get("SLURM_JOB_ID")
+
+
+def claim_sweep_folder(spec: PointSpec, experiment: str) -> str | None:
+    """Write ``manifest.json`` of the one-point sweep holding ``spec`` (once: a requeued job or the
+    same command again finds its own). Returns an error line when the folder holds another sweep."""
+    sweep_dir = Path(spec.run_dir).parent
+    path = sweep_dir / MANIFEST
+    if path.exists():
+        points = json.loads(path.read_text()).get("points") or []
+        if [Path(p.get("run_dir", "")) for p in points] != [Path(spec.run_dir)]:
+            return (
+                f"{sweep_dir} already holds another sweep ({len(points)} point(s) in its manifest.json); "
+                "nothing ran. Choose another sweep_name= (or leave it out)."
+            )
+        return None
+    write_manifest(
+        sweep_dir,
+        [spec],
+        [slurm_display_id()],
+        experiment=experiment,
+        cluster=str(spec.cluster.get("kind")),
+        swept_keys=[],
+    )
+    return None
+
+
+def main(argv: list[str]) -> int:
+    overrides = list(argv)
+    try:
+        cfg = compose_kit(overrides)
+    except (HydraException, OmegaConfBaseException) as exc:
+        print(f"run.py: {type(exc).__name__}: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    job = os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID")
+    if job and not any(o.startswith("sweep_name=") for o in overrides):
+        with open_dict(cfg):
+            cfg.sweep_name = f"{cfg.experiment.name}_job{os.environ['SLURM_JOB_ID']}"
+    spec = build_point(cfg, index=0, kit_overrides=overrides, swept={})
+    for notice in spec.notices:  # what the kit changed on its own (the file logger it always keeps)
+        print(f"note: {notice}", file=sys.stderr)
+    _, problems = validate_point(spec)
+    if problems:
+        print("\n".join(map(str, problems)), file=sys.stderr)
+        return 2
+    refused = claim_sweep_folder(spec, str(cfg.experiment.name))
+    if refused:
+        print(f"run.py: {refused}", file=sys.stderr)
+        return 2
+    return run_point(spec)
+
+
+def entry(argv: list[str] | None = None) -> int:
+    """``grpokit run ...`` / ``python launch/run.py ...``; returns the exit status."""
+    return main(sys.argv[1:] if argv is None else list(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(entry())

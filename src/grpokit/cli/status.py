@@ -1,0 +1,88 @@
+"""Show a sweep's progress: one row per point (state, attempts, step, reward, accuracy, elapsed, reason).
+
+Usage: python launch/status.py logs/<sweep_name> [--watch [SECONDS]] [--json]
+Reads only the sweep folder (docs/run-folder.md) and Slurm's client commands. The state a job
+recorded for itself (status.json) wins over Slurm's final word (a job that skipped training exits 0
+and is shown skipped_no_gpu, not completed); the reason is the first line of status.json's reason.
+--json prints a JSON list, one object per point: index, name, swept, job_id, state, reason,
+attempts, step, target_step, last_reward, val_acc, elapsed_s (null when unknown).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+
+from grpokit.results.status_table import collect_rows, render_table, row_json
+from grpokit.results.sweep_folder import load_sweep
+
+log = logging.getLogger(__name__)
+
+
+def build(sweep_dir: Path):
+    sweep = load_sweep(sweep_dir)
+    return render_table(sweep, collect_rows(sweep))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sweep_dir", type=Path, help="sweep folder, logs/<sweep_name>")
+    parser.add_argument(
+        "--watch",
+        nargs="?",
+        type=float,
+        const=10.0,
+        default=None,
+        metavar="SECONDS",
+        help="refresh every SECONDS (default 10) until Ctrl-C",
+    )
+    parser.add_argument(
+        "--width",
+        type=int,
+        default=None,
+        help="console width (default: the terminal's; 200 when the output is not a terminal)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the rows as a JSON list instead of a table")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    width = args.width or (None if sys.stdout.isatty() else 200)
+    console = Console(width=width)
+    if args.json:
+        try:
+            rows = collect_rows(load_sweep(args.sweep_dir))
+        except (FileNotFoundError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(json.dumps([row_json(r) for r in rows], indent=2, default=str))
+        return 0
+    try:
+        table = build(args.sweep_dir)
+    except (FileNotFoundError, ValueError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    if args.watch is None:
+        console.print(table)
+        return 0
+    try:
+        with Live(table, console=console, refresh_per_second=1, screen=False) as live:
+            while True:
+                time.sleep(args.watch)
+                live.update(build(args.sweep_dir))
+    except KeyboardInterrupt:
+        return 0
+
+
+def entry(argv: list[str] | None = None) -> int:
+    """``grpokit status ...`` / ``python launch/status.py ...``; returns the exit status."""
+    return main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(entry())

@@ -1,0 +1,122 @@
+"""Sweep verl GRPO training over Slurm (or run it on this workstation).
+
+    python launch/sweep.py -m cluster=slurm verl.data.train_batch_size=8,16 \
+        verl.actor_rollout_ref.rollout.n=4,8 verl.data.max_response_length=512,1024
+
+Every point is composed with verl's own schema and validated (verl's ``validate_config`` and the
+kit's checks) before anything is submitted; ``dry_run=true`` shows each point's verl command and
+the Slurm request instead. Points go to Slurm as one job array; the command returns once they are
+queued (``wait=true`` blocks) and leaves a manifest in the sweep folder for status.py, report.py
+and resubmit.py.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from grpokit.paths import CONFIG_DIR
+
+
+@hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base=None)
+def main(cfg: DictConfig) -> None:
+    # Only reached without -m: a single point, launched like a one-point sweep.
+    from hydra.core.hydra_config import HydraConfig
+
+    from grpokit.submit.sweep import launch_sweep
+
+    class _Ctx:  # the compose API stands in for Hydra's sweep loader on this path
+        class config_loader:  # noqa: N801
+            @staticmethod
+            def load_sweep_config(_base, overrides):
+                return cfg
+
+    from grpokit.validate import SweepValidationError
+
+    overrides = list(HydraConfig.get().overrides.task)
+    try:
+        launch_sweep(cfg, _Ctx, [overrides], 0)
+    except SweepValidationError as exc:  # a point that cannot even be built (before validation)
+        print(exc, file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def preflight(argv: list[str]) -> list[str]:
+    """Check the command line before Hydra composes anything; returns the argv to hand to Hydra.
+
+    Misspelt keys (verl's and the kit's) get "did you mean ...", wrong types and negative sizes are
+    refused on the key typed, and ``+key`` for a key the kit already sets becomes an update.
+    Exits 2 with one line per problem.
+    """
+    from grpokit.validate import SweepValidationError
+    from grpokit.validate.command_line import check
+
+    argv, problems = check(argv)
+    if problems:
+        print(SweepValidationError(problems), file=sys.stderr)
+        sys.exit(2)
+    return argv
+
+
+def show_resolved(argv: list[str]) -> int:
+    """``--cfg job --resolve``: the composed config with every interpolation resolved.
+
+    Hydra's own ``--resolve`` resolves the kit's tree in one piece and fails on verl's
+    interpolations, which are relative to verl's root (``${trainer.project_name}``) or yield a list
+    (``${.save_contents}``). Here the kit's sections are resolved in the kit's tree and ``verl`` is
+    what the point's trainer gets: verl's config with the point's overrides, resolved as verl does.
+    A key that cannot be resolved is named.
+    """
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from grpokit.config.compose import compose_kit
+    from grpokit.config.point import build_point
+    from grpokit.config.verl_schema import apply_overrides
+    from grpokit.validate import SweepValidationError
+
+    overrides = [a for a in argv if "=" in a and not a.startswith("-")]
+    try:
+        cfg = compose_kit(overrides)
+        spec = build_point(cfg, index=0, kit_overrides=overrides, swept={})
+        kit = {k: cfg[k] for k in cfg if k not in ("verl", "hydra")}
+        shown = {
+            k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k] for k in kit
+        }
+        shown["verl"] = OmegaConf.to_container(apply_overrides(spec.verl_overrides), resolve=True)
+    except SweepValidationError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None) or "the config"
+        print(f"{key}: cannot be resolved: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    print(OmegaConf.to_yaml(shown))
+    return 0
+
+
+def entry(argv: list[str] | None = None) -> int:
+    """``grpokit sweep ...`` / ``python launch/sweep.py ...``: exit status 0, 1 (a point failed) or 2 (refused)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--help" in args or "-h" in args:
+        from grpokit.config.usage import usage
+
+        print(usage())
+        return 0
+    if "--resolve" in args and any(a in ("--cfg", "-c") for a in args) and "hydra" not in args and "all" not in args:
+        return show_resolved(args)
+    sys.argv[1:] = preflight(args)
+    from grpokit.config import store
+
+    store.register()  # verl's defaults in Hydra's config store (imports verl: after --help)
+    try:
+        main()
+    except SystemExit as exc:  # Hydra's main exits on its own
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(entry())

@@ -1,0 +1,54 @@
+"""Where the kit's files live: the package (with its configs) and the project folder.
+
+The *package* (``grpokit``, with ``configs/`` inside it) is code: from a checkout (``pip install -e``)
+or a wheel, or a sweep's frozen copy of it. The *project folder* holds what a user makes and runs:
+``data/``, ``models/``, ``logs/`` (the config key ``repo_root``). It is, first that applies:
+
+1. ``$GRPOKIT_HOME``;
+2. the checkout the package sits in (``<checkout>/src/grpokit`` with the kit's ``pyproject.toml``);
+3. the current directory (a wheel installed into a virtual environment).
+
+Sweeps resolve ``repo_root`` at submission and their points carry the resolved paths, so a job runs
+against the same folders wherever its code is loaded from.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+#: The kit's Hydra config tree (groups experiment/ model/ hardware/ cluster/), shipped in the wheel.
+CONFIG_DIR = PACKAGE_DIR / "configs"
+
+
+def _checkout_root() -> Path | None:
+    root = PACKAGE_DIR.parent.parent
+    pyproject = root / "pyproject.toml"
+    if PACKAGE_DIR.parent.name == "src" and pyproject.is_file() and 'name = "grpokit"' in pyproject.read_text():
+        return root
+    return None
+
+
+def project_dir() -> Path:
+    """The folder holding ``data/``, ``models/`` and ``logs/`` (see the module docstring for the order)."""
+    if os.environ.get("GRPOKIT_HOME"):
+        return Path(os.environ["GRPOKIT_HOME"]).resolve()
+    return _checkout_root() or Path.cwd().resolve()
+
+
+#: The checkout (or project folder) at import time; ``project_dir()`` is the function to call.
+REPO_ROOT = project_dir()
+DEFAULT_LOGS_ROOT = REPO_ROOT / "logs"
+
+
+def package_file(relative: str) -> Path:
+    """Absolute path of a file shipped inside the ``grpokit`` package (e.g. a tool config).
+
+    Raises:
+        FileNotFoundError: the file is not part of the package.
+    """
+    path = PACKAGE_DIR / relative
+    if not path.exists():
+        raise FileNotFoundError(f"{relative} is not a file of the grpokit package ({PACKAGE_DIR})")
+    return path

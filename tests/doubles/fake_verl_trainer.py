@@ -12,7 +12,8 @@ verl cannot train without a CUDA GPU, so the kit's CPU tests run this instead (t
 - metrics: verl's file logger (``$VERL_FILE_LOGGER_PATH``, opened with mode "wb", one line
   ``{"step": N, "data": {...}}`` per step, verl's metric names) and TensorBoard (``$TENSORBOARD_DIR``),
   each only when ``trainer.logger`` names it (verl's default ``[console, wandb]`` names neither), the
-  ``step:N - ...`` line only with ``console``;
+  ``step:N - ...`` line only with ``console``; with ``wandb`` in it, verl's own
+  ``verl.utils.tracking.Tracking`` logs every step to W&B (W&B's settings from the environment);
 - the step count: ``trainer.total_training_steps``, else ``len(train_dataloader) x total_epochs``
   (rows of ``data.train_files`` capped by ``data.train_max_samples``, over ``train_batch_size``, last
   partial batch dropped), printed as ``Total training steps: N``; when the data runs out before
@@ -289,6 +290,19 @@ def main() -> int:
         from torch.utils.tensorboard import SummaryWriter
 
         writer = SummaryWriter(os.environ["TENSORBOARD_DIR"])
+    tracking = None
+    if "wandb" in loggers:
+        # verl's REAL tracker (verl/utils/tracking.py, imports on CPU): wandb.init exactly as verl
+        # calls it (no run id), W&B's other settings from the environment the kit gives the trainer
+        from verl.utils.tracking import Tracking
+
+        trainer_cfg = {k.split(".", 1)[1]: v for k, v in cfg.items() if k.startswith("trainer.")}
+        tracking = Tracking(
+            project_name=cfg.get("trainer.project_name", "verl_examples"),
+            experiment_name=cfg.get("trainer.experiment_name", "gsm8k"),
+            default_backend=["wandb"],
+            config={"trainer": trainer_cfg},
+        )
     extra = call_reward(cfg)
     saved = {start - 1}
     with open(log_path, "wb", buffering=0) as fp:
@@ -316,6 +330,8 @@ def main() -> int:
             data = metrics(step, cfg, step_s, test_freq > 0 and (step % test_freq == 0 or last))
             data.update(extra)
             fp.write((json.dumps({"step": step, "data": data}) + "\n").encode())
+            if tracking is not None:
+                tracking.log(data=data, step=step)
             if writer is not None:
                 for key, value in data.items():
                     writer.add_scalar(key, value, step)
@@ -326,6 +342,8 @@ def main() -> int:
                 hang_forever(step)
     if writer is not None:
         writer.close()
+    if tracking is not None:
+        tracking.finish()
     return 0
 
 

@@ -50,7 +50,7 @@ def test_file_is_added_to_the_users_loggers_and_said_once(base, tmp_path, monkey
     path = tmp_path / "attempt" / "metrics.jsonl"
     path.parent.mkdir()
     monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
-    monkeypatch.setenv("WANDB_MODE", "disabled")  # the kit's runtime.env default; no network here
+    monkeypatch.setenv("WANDB_MODE", "disabled")  # no network here (tests/unit/test_trackers.py: the job's W&B env)
     tracking = Tracking("unit", "000", default_backend=list(cfg.trainer.logger))
     tracking.log({"critic/score/mean": 0.5}, step=1)
     tracking.logger["file"].finish()

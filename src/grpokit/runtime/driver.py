@@ -41,6 +41,7 @@ from grpokit.runtime import (
     sidecars,
     signal_relay,
     stop_decision,
+    trackers,
     trainer,
     watchdog,
 )
@@ -394,6 +395,7 @@ class Driver:
                     **os.environ,
                     **{k: str(v) for k, v in (self.spec.runtime.get("env") or {}).items()},
                     **trainer.environment(self.run_dir, attempt_dir),
+                    **trackers.environment(self.spec),  # W&B: one run per point across attempts
                 }
                 try:
                     env = self._start_services(attempt_dir, env)

@@ -9,6 +9,9 @@ from omegaconf import DictConfig, OmegaConf
 from grpokit.config.point import PointSpec
 from grpokit.validate.problems import Problem
 
+#: W&B's own modes, the values of ``runtime.wandb_mode`` (read in the job by grpokit.runtime.trackers).
+WANDB_MODES = ("online", "offline", "disabled")
+
 
 def _paths(value) -> list[str]:
     if value is None:
@@ -150,6 +153,16 @@ def check_runtime(spec: PointSpec) -> list[Problem]:
                 "runtime.ray_worker_ports",
                 f"must be a whole number of ports >= 10, got {ports!r}",
                 "null sizes it from the job's CPUs (3 per CPU, 200 to 4000)",
+            )
+        )
+    mode = runtime.get("wandb_mode")
+    if mode is not None and mode not in WANDB_MODES:
+        problems.append(
+            Problem(
+                spec.name,
+                "runtime.wandb_mode",
+                f"must be one of {', '.join(WANDB_MODES)} or null, got {mode!r}",
+                "offline on compute nodes without internet (then wandb sync <run>/wandb/offline-run-*)",
             )
         )
     return problems

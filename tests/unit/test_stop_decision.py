@@ -7,8 +7,16 @@ import subprocess
 
 import pytest
 
-from grpokit.runtime import environment
-from grpokit.runtime.stop_decision import TIMEOUT_MARGIN_S, decide
+from grpokit.runtime.stop_decision import (
+    MIN_SAVE_BUDGET_S,
+    TIMEOUT_MARGIN_S,
+    StopRequest,
+    count_timeouts,
+    decide,
+    decide_hang,
+    save_budget_s,
+)
+from grpokit.slurm import stop_view, task
 
 USR2, TERM, INT = signal.SIGUSR2, signal.SIGTERM, signal.SIGINT
 LEAD = 60.0
@@ -34,6 +42,23 @@ CASES = [
     ("SIGTERM at the limit", TERM, 0, 0, 1, True, False, False, ("failed", "timeout", False)),
     ("SIGTERM, unknown", TERM, None, 0, 1, False, None, None, ("requeued", "preempted", False)),
     ("Ctrl-C", INT, None, 0, 1, False, None, None, ("cancelled", "cancelled", False)),
+    # one second past the margin is no longer the time-limit warning: not bounded by the budget
+    (
+        "warning past the margin",
+        USR2,
+        LEAD + TIMEOUT_MARGIN_S + 1,
+        0,
+        0,
+        True,
+        None,
+        False,
+        ("requeued", "preempted", True),
+    ),
+    # a preemption never spends the time-out budget, even when it is spent
+    ("preemption, budget spent", USR2, LEAD - 5, 3, 1, True, None, True, ("requeued", "preempted", True)),
+    # scontrol cannot tell the restart count, but Slurm says it preempts: the job requeues itself
+    ("SIGTERM, preempting, restart unknown", TERM, 500, 0, 1, True, None, True, ("requeued", "preempted", True)),
+    ("Ctrl-C in a Slurm job", INT, 500, 0, 1, True, None, None, ("cancelled", "cancelled", False)),
 ]
 
 
@@ -93,7 +118,7 @@ def test_own_slurm_task_id(monkeypatch, env, expected):
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    assert environment.slurm_task_id() == expected
+    assert task.slurm_task_id() == expected
 
 
 def _scontrol(monkeypatch, fields: str, restart_env: str | None = None):
@@ -110,7 +135,7 @@ def _scontrol(monkeypatch, fields: str, restart_env: str | None = None):
         seen.append(cmd)
         return subprocess.CompletedProcess(cmd, 0, stdout=f"JobId=44 ArrayJobId=44 ArrayTaskId=2 {fields}\n", stderr="")
 
-    monkeypatch.setattr(environment.subprocess, "run", fake_run)
+    monkeypatch.setattr(stop_view.subprocess, "run", fake_run)
     return seen
 
 
@@ -128,6 +153,65 @@ def _scontrol(monkeypatch, fields: str, restart_env: str | None = None):
 )
 def test_slurm_stop_view_reads_this_tasks_record(monkeypatch, fields, restart_env, expected):
     seen = _scontrol(monkeypatch, fields, restart_env)
-    view = environment.slurm_stop_view()
+    view = stop_view.slurm_stop_view()
     assert (view.requeueing, view.preempting) == expected
     assert seen == [["scontrol", "show", "job", "-o", "44_2"]], "the task's own id, never the array's"
+
+
+@pytest.mark.parametrize(
+    ("sig", "left", "expected"),
+    [
+        (USR2, None, 900),  # runtime.save_deadline_s
+        (USR2, 600, 600 - 15),  # ends kill_grace_s before the task's own end
+        (USR2, 10, MIN_SAVE_BUDGET_S),  # never below the minimum
+        (TERM, None, 2 * 15),  # SIGTERM: only KillWait is left
+        (TERM, 20, MIN_SAVE_BUDGET_S),
+        (INT, None, 2 * 15),
+    ],
+)
+def test_save_budget(sig, left, expected):
+    assert save_budget_s(sig, time_left_s=left, save_deadline_s=900, grace_s=15) == expected
+
+
+def test_stop_request_deadline_on_a_fake_clock():
+    """The deadline is on the driver's clock, so a test clock decides when it is overdue."""
+    clock = [1000.0]
+    req = StopRequest(
+        USR2, at=clock[0], save_budget_s=save_budget_s(USR2, time_left_s=LEAD + 20, save_deadline_s=900, grace_s=15)
+    )
+    assert req.save_budget_s == LEAD + 5 and req.deadline == 1000.0 + LEAD + 5 and req.name == "SIGUSR2"
+    clock[0] += LEAD + 5
+    assert not req.overdue(clock[0])
+    clock[0] += 0.1
+    assert req.overdue(clock[0])
+    d = req.decide(lead_s=LEAD, timeouts_so_far=0, max_timeout_requeues=1, in_slurm=True)
+    assert (d.state, d.ended_by, d.requeue) == ("requeued", "timeout", True)
+
+
+@pytest.mark.parametrize(
+    ("ended", "since", "expected"),
+    [
+        ([], None, 0),
+        ([("timeout", None)], None, 0),  # the running attempt itself is not counted
+        ([("timeout", None), ("hung", None), ("preempted", None), (None, None)], None, 2),
+        # attempts before the explicit resubmission "r1" do not count against it
+        ([("timeout", None), ("timeout", "r1"), ("killed", "r1"), (None, "r1")], "r1", 1),
+    ],
+)
+def test_count_timeouts(ended, since, expected):
+    attempts = [{"ended_by": e, "resubmission": r} for e, r in ended]
+    assert count_timeouts(attempts, since) == expected
+
+
+@pytest.mark.parametrize(
+    ("so_far", "budget", "in_slurm", "expected"),
+    [
+        (0, 3, True, ("requeued", "hung", True)),
+        (3, 3, True, ("failed", "hung", False)),
+        (0, 3, False, ("failed", "hung", False)),  # outside Slurm: run the same command again
+    ],
+)
+def test_hang_decision(so_far, budget, in_slurm, expected):
+    d = decide_hang(timeouts_so_far=so_far, max_timeout_requeues=budget, in_slurm=in_slurm)
+    assert (d.state, d.ended_by, d.requeue) == expected
+    assert "max_timeout_requeues" in d.why or not in_slurm

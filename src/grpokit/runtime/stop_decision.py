@@ -28,12 +28,18 @@ is bounded by ``runtime.max_timeout_requeues``; a preemption is not (the point d
 When Slurm cannot tell the time left, a warning counts as a time-out: a preemption mistaken for a
 time-out spends one requeue of a bounded budget, a time-out mistaken for a preemption would requeue
 without bound.
+
+A hung trainer (:func:`decide_hang`) spends the same budget; :func:`count_timeouts` counts it from
+``status.json``. :class:`StopRequest` is the signal as it arrived, with the save deadline
+(:func:`save_budget_s`) on the driver's clock, which tests replace by a fake one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import signal
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 #: Slack over the lead within which a USR2 counts as the time-limit warning (s): Slurm's periodic
 #: check sends it up to 30 s early, and squeue rounds to seconds.
@@ -69,14 +75,14 @@ def decide(
     Args:
         signum: the first stop signal the driver received (``signal.SIGUSR2``, ``SIGTERM``, ``SIGINT``).
         time_left_s: this task's own time left when the signal arrived (s), None when unknown.
-        lead_s: ``cluster.signal_lead_s``, the ``--signal`` lead (s).
+        lead_s: ``cluster.signal_delay_s``, the ``--signal`` lead (s).
         timeouts_so_far: attempts of this point that already ended by ``timeout`` (since its last
             explicit resubmission).
         max_timeout_requeues: ``runtime.max_timeout_requeues``; a point gets at most this many
             time-out requeues, so at most ``max_timeout_requeues + 1`` attempts end by time-out.
         in_slurm: whether the job runs under Slurm (only then is there anything to requeue).
         slurm_requeues: on SIGTERM, whether Slurm is requeueing the job itself
-            (:class:`grpokit.runtime.environment.SlurmStopView`); None when unknown.
+            (:class:`grpokit.slurm.stop_view.SlurmStopView`); None when unknown.
         slurm_preempting: whether Slurm is preempting the job (same source); None when unknown.
     """
     if signum == signal.SIGUSR2:
@@ -118,3 +124,96 @@ def decide(
             return StopDecision("cancelled", "cancelled", False, "SIGTERM and Slurm does not requeue the job (scancel)")
         return StopDecision("requeued", "preempted", False, "SIGTERM (Slurm's intent unknown): resumes when restarted")
     return StopDecision("cancelled", "cancelled", False, f"{signal.Signals(signum).name}: cancelled")
+
+
+def decide_hang(*, timeouts_so_far: int, max_timeout_requeues: int, in_slurm: bool) -> StopDecision:
+    """A trainer the watchdog found hung and stopped: requeued within the time-out budget (hangs share
+    ``runtime.max_timeout_requeues`` with time-outs: both burn a whole allocation), else failed.
+
+    Outside Slurm nothing requeues the point: it fails and the same command resumes it.
+    """
+    if not in_slurm:
+        return StopDecision("failed", "hung", False, "run the same command again to resume")
+    if timeouts_so_far >= max_timeout_requeues:
+        return StopDecision(
+            "failed", "hung", False, f"not requeued (runtime.max_timeout_requeues={max_timeout_requeues} spent)"
+        )
+    return StopDecision(
+        "requeued",
+        "hung",
+        True,
+        f"requeued ({timeouts_so_far + 1} of runtime.max_timeout_requeues={max_timeout_requeues} "
+        "time-out/hang requeues)",
+    )
+
+
+def count_timeouts(attempts: Sequence[Mapping[str, Any]], since: str | None) -> int:
+    """``timeouts_so_far`` of :func:`decide` / :func:`decide_hang`: the earlier attempts (every one
+    but the last, the running one) that ended by ``timeout`` or ``hung`` since the point's last
+    explicit resubmission ``since`` (``status.json``'s ``resubmission`` token, None before any)."""
+    return sum(1 for a in attempts[:-1] if a.get("ended_by") in ("timeout", "hung") and a.get("resubmission") == since)
+
+
+#: The shortest save budget (s): a request must leave the trainer time to reach a step boundary.
+MIN_SAVE_BUDGET_S = 5.0
+
+
+def save_budget_s(signum: int, *, time_left_s: float | None, save_deadline_s: float, grace_s: float) -> float:
+    """Seconds the trainer gets, after the save request, to checkpoint and stop before the driver
+    stops it.
+
+    USR2 comes ``signal_delay_s`` before the end: ``runtime.save_deadline_s``. SIGTERM (and SIGINT)
+    come only Slurm's KillWait / GraceTime before SIGKILL: at most ``2 x runtime.kill_grace_s``.
+    Either way the budget ends ``grace_s`` before this task's own end (``time_left_s``, when
+    known), so the driver's teardown still fits, and is never below :data:`MIN_SAVE_BUDGET_S`.
+    """
+    budget = save_deadline_s if signum == signal.SIGUSR2 else min(save_deadline_s, 2 * grace_s)
+    if time_left_s is not None:
+        budget = min(budget, max(time_left_s - grace_s, MIN_SAVE_BUDGET_S))
+    return budget
+
+
+@dataclasses.dataclass(frozen=True)
+class StopRequest:
+    """The first stop signal as the driver saw it on arrival: :func:`decide`'s inputs from Slurm and
+    the save deadline.
+
+    signum: the signal. at: the driver's clock when it arrived (s; ``time.monotonic`` in a job, a
+    fake clock in tests). save_budget_s: :func:`save_budget_s`. time_left_s: this task's own time
+    left then (s, None when unknown). slurm_requeues, slurm_preempting: what ``scontrol`` said then
+    (:class:`grpokit.slurm.stop_view.SlurmStopView`, None when unknown).
+    """
+
+    signum: int
+    at: float
+    save_budget_s: float
+    time_left_s: float | None = None
+    slurm_requeues: bool | None = None
+    slurm_preempting: bool | None = None
+
+    @property
+    def name(self) -> str:
+        """``USR2``, ``SIGTERM``, ... (Python's name of the signal)."""
+        return signal.Signals(self.signum).name
+
+    @property
+    def deadline(self) -> float:
+        """The clock reading after which the driver stops a trainer that has not stopped itself."""
+        return self.at + self.save_budget_s
+
+    def overdue(self, now: float) -> bool:
+        """Whether ``now`` (the same clock as :attr:`at`) is past :attr:`deadline`."""
+        return now > self.deadline
+
+    def decide(self, *, lead_s: float, timeouts_so_far: int, max_timeout_requeues: int, in_slurm: bool) -> StopDecision:
+        """:func:`decide` for this request."""
+        return decide(
+            self.signum,
+            time_left_s=self.time_left_s,
+            lead_s=lead_s,
+            timeouts_so_far=timeouts_so_far,
+            max_timeout_requeues=max_timeout_requeues,
+            in_slurm=in_slurm,
+            slurm_requeues=self.slurm_requeues,
+            slurm_preempting=self.slurm_preempting,
+        )

@@ -1,0 +1,269 @@
+"""The in-job driver's lifecycle (grpokit.runtime.driver): ``close()`` runs on every path, in seconds.
+
+Each test runs one attempt in this process with in-process stand-ins for Ray, a sidecar, the
+trainer and Slurm's view of the task (``tests/doubles/driver_parts.py``), and checks what the close
+must leave: the final ``status.json``, every stand-in stopped, no stand-in thread running, the
+attempt's log handlers off the root logger, the signal handlers given back. Signals are real ones,
+sent to this process from the trainer's thread as Slurm sends them to the job's batch step. What
+only Slurm can show (its ``--signal`` timing, scancel, the requeue itself) stays in
+``tests/integration/test_runtime_slurm.py`` and ``test_outcomes_slurm.py``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from grpokit.config.point import PointSpec
+from grpokit.runtime.driver import STOP_SIGNALS, Driver
+from grpokit.runtime.parts import Parts
+from grpokit.slurm.stop_view import SlurmStopView
+
+REPO = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("driver_parts_doubles", REPO / "tests" / "doubles" / "driver_parts.py")
+doubles = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = doubles
+_spec.loader.exec_module(doubles)
+
+LEAD_S = 60  # cluster.signal_delay_s of the test point
+
+
+@pytest.fixture(autouse=True)
+def signal_handlers():
+    """The driver takes USR2/TERM/INT; in a (stand-in) Slurm job it leaves USR2/TERM ignored after
+    the close, as a job must. Every test gets this process's handlers back."""
+    saved = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    yield saved
+    for s, handler in saved.items():
+        signal.signal(s, handler)
+
+
+def make_spec(tmp_path: Path, *, steps: int = 5, **runtime) -> PointSpec:
+    """One point as the sweep builds it, with a sidecar whose URL goes into the reward's kwargs."""
+    run_dir = tmp_path / "logs" / "unit" / "000_lifecycle"
+    ckpt = tmp_path / "ckpt" / "000_lifecycle"
+    return PointSpec(
+        sweep_name="unit",
+        index=0,
+        name="000_lifecycle",
+        run_dir=str(run_dir),
+        checkpoint_dir=str(ckpt),
+        kit_overrides=[],
+        swept={},
+        verl_overrides=[
+            f"trainer.total_training_steps={steps}",
+            "trainer.save_freq=1",
+            "trainer.nnodes=1",
+            "trainer.n_gpus_per_node=1",
+            f"trainer.default_local_dir={ckpt}",
+            "trainer.logger=[console,file]",
+        ],
+        experiment={},
+        model={},
+        cluster={"gpus_per_node": 1, "signal_delay_s": LEAD_S},
+        # kill_grace_s / save_deadline_s: short, so that a stop that goes wrong fails in seconds
+        runtime={"trainer_cmd": ["stand-in-trainer"], "kill_grace_s": 2, "save_deadline_s": 30, **runtime},
+        sidecars={"memory": {"kind": "stand_in", "reward_kwargs": {"memory_url": "{url}/v1"}}},
+    )
+
+
+def run_attempt(spec, *, host=None, ray=None, sidecars=None, problems=(), script=None, ignore_save=False, clock=None):
+    """One :meth:`Driver.run` with stand-ins; returns its exit status, the stand-ins and status.json."""
+    ray, sidecars, trainers = ray or doubles.StandInRay(), sidecars or doubles.StandInSidecars(), []
+    host = host or doubles.StandInHost()
+
+    def start_trainer(cmd, log_path, *, env, cwd):
+        t = doubles.StandInTrainer(cmd, log_path, env=env, cwd=cwd, script=script, ignore_save=ignore_save)
+        trainers.append(t)
+        return t
+
+    parts = Parts(
+        validate=lambda _spec: (None, list(problems)),
+        start_ray=ray,
+        sidecars=sidecars,
+        start_trainer=start_trainer,
+        host=host,
+        clock=clock or time.monotonic,
+        poll_s=0.05,
+    )
+    t0 = time.monotonic()
+    code = Driver(spec, parts).run()
+    status = json.loads((Path(spec.run_dir) / "status.json").read_text())
+    return SimpleNamespace(
+        code=code,
+        ray=ray,
+        sidecars=sidecars,
+        trainers=trainers,
+        host=host,
+        status=status,
+        attempt=status["attempts"][-1],
+        seconds=time.monotonic() - t0,
+    )
+
+
+def assert_closed(r, spec, saved_handlers, *, in_slurm=False) -> None:
+    """What every close leaves, whatever ended the attempt."""
+    left = [t.name for t in threading.enumerate() if t.name.startswith((doubles.THREAD_PREFIX, "prune-watch"))]
+    assert left == [], f"still running after close: {left}"
+    assert r.ray.clusters and all(c.stopped for c in r.ray.clusters)
+    assert r.sidecars.running() == [] and r.sidecars.stopped == list(spec.sidecars)
+    assert all(t.returncode is not None for t in r.trainers)
+    assert r.host.clean_ups == 1
+    assert r.attempt["end"] and r.attempt["ended_by"], "status.json closes the attempt"
+    driver_logs = [
+        h for h in logging.getLogger().handlers if str(getattr(h, "baseFilename", "")).startswith(spec.run_dir)
+    ]
+    assert driver_logs == [], "the attempt's log handler is taken off at close"
+    for s in STOP_SIGNALS:
+        if in_slurm and s in (signal.SIGUSR2, signal.SIGTERM):
+            assert signal.getsignal(s) is signal.SIG_IGN, "a late signal must not end a finished job"
+        else:
+            assert signal.getsignal(s) == saved_handlers[s]
+    assert r.seconds < 20
+
+
+def test_completion(tmp_path, signal_handlers):
+    spec = make_spec(tmp_path, steps=3)
+    r = run_attempt(spec)
+    assert (r.code, r.status["state"], r.attempt["ended_by"]) == (0, "completed", "completed")
+    assert r.status["exit_code"] == 0 and r.status["last_step"] == 3
+    assert (Path(spec.checkpoint_dir) / "latest_checkpointed_iteration.txt").read_text() == "3"
+    cmd = (Path(spec.run_dir) / "verl_cmd.sh").read_text()
+    assert f"memory_url={r.sidecars.started['memory'].url}/v1" in cmd, "the sidecar's URL reached the trainer"
+    assert_closed(r, spec, signal_handlers)
+
+
+def test_validation_failure_stops_what_started_meanwhile(tmp_path, signal_handlers):
+    spec = make_spec(tmp_path)
+    problem = "point 000_lifecycle: data.max_prompt_length=9: too short; fix: at least 512"
+    r = run_attempt(spec, problems=[problem])
+    assert (r.code, r.status["state"], r.attempt["ended_by"]) == (1, "failed", "invalid")
+    assert problem in r.status["reason"]
+    assert r.trainers == [], "the trainer never starts for a point that does not validate"
+    assert r.sidecars.started, "the sidecars came up while verl's check ran"
+    assert_closed(r, spec, signal_handlers)
+
+
+def test_sidecar_death_stops_the_trainer(tmp_path, signal_handlers):
+    spec = make_spec(tmp_path)
+    sidecars = doubles.StandInSidecars()
+    r = run_attempt(spec, sidecars=sidecars, script={2: lambda _t: sidecars.die("memory")})
+    assert (r.code, r.status["state"], r.attempt["ended_by"]) == (1, "failed", "sidecar_failed")
+    assert "sidecar memory died (exit 1)" in r.status["reason"]
+    assert "stand-in server crashed" in r.status["reason"], "the reason quotes the sidecar's log"
+    assert r.trainers[0].stop_calls >= 1 and r.trainers[0].returncode == -15
+    assert_closed(r, spec, signal_handlers)
+
+
+def test_ray_death_stops_the_trainer(tmp_path, signal_handlers):
+    spec = make_spec(tmp_path)
+    ray = doubles.StandInRay()
+    r = run_attempt(spec, ray=ray, script={2: lambda _t: ray.clusters[0].kill()})
+    assert (r.code, r.status["state"], r.attempt["ended_by"]) == (1, "failed", "ray_failed")
+    assert r.trainers[0].returncode == -15
+    assert_closed(r, spec, signal_handlers)
+
+
+def _send(sig):
+    return lambda _trainer: os.kill(os.getpid(), sig)
+
+
+@pytest.mark.parametrize(
+    ("host_kw", "runtime", "expected"),
+    [
+        # Slurm's warning, lead_s + 10 s left: a time-out, requeued within the budget
+        (dict(in_slurm=True, time_left_s=LEAD_S + 10), {}, ("requeued", "timeout", 1, 0)),
+        # the same warning with the time-out budget spent: the point fails, nothing is requeued
+        (dict(in_slurm=True, time_left_s=LEAD_S + 10), {"max_timeout_requeues": 0}, ("failed", "timeout", 0, 1)),
+        # a preemption's warning (Slurm's PreemptTime set): requeued, not counted against the budget
+        (
+            dict(in_slurm=True, time_left_s=LEAD_S + 10, view=SlurmStopView(False, True)),
+            {"max_timeout_requeues": 0},
+            ("requeued", "preempted", 1, 0),
+        ),
+    ],
+    ids=["time-out", "time-out-budget-spent", "preemption"],
+)
+def test_usr2_saves_then_decides(tmp_path, signal_handlers, host_kw, runtime, expected):
+    spec = make_spec(tmp_path, **runtime)
+    host = doubles.StandInHost(**host_kw)
+    r = run_attempt(spec, host=host, script={2: _send(signal.SIGUSR2)})
+    state, ended_by, requeues, code = expected
+    assert (r.status["state"], r.attempt["ended_by"], host.requeues, r.code) == (state, ended_by, requeues, code)
+    assert r.status["reason"] == "checkpointed step 2 on SIGUSR2"
+    assert r.attempt["slurm_state"] == ("REQUEUED" if requeues else None)
+    assert json.loads((Path(spec.run_dir) / "control" / "save_request").read_text())["reason"] == "SIGUSR2"
+    assert (Path(spec.checkpoint_dir) / "latest_checkpointed_iteration.txt").read_text() == "2"
+    assert r.trainers[0].returncode == 1, "the trainer stopped itself after the save"
+    assert_closed(r, spec, signal_handlers, in_slurm=True)
+
+
+@pytest.mark.parametrize(
+    ("view", "expected"),
+    [
+        (SlurmStopView(False, False), ("cancelled", "cancelled", 1)),  # scancel
+        (SlurmStopView(True, True), ("requeued", "preempted", 0)),  # preempted, Slurm requeues it
+    ],
+    ids=["scancel", "preempted-requeue-mode"],
+)
+def test_sigterm_saves_then_decides(tmp_path, signal_handlers, view, expected):
+    spec = make_spec(tmp_path)
+    host = doubles.StandInHost(in_slurm=True, time_left_s=500, view=view)
+    r = run_attempt(spec, host=host, script={2: _send(signal.SIGTERM)})
+    assert (r.status["state"], r.attempt["ended_by"], r.code) == expected
+    assert host.requeues == 0, "on SIGTERM Slurm requeues (or not) by itself"
+    assert r.status["reason"] == "checkpointed step 2 on SIGTERM"
+    assert_closed(r, spec, signal_handlers, in_slurm=True)
+
+
+def test_trainer_crash(tmp_path, signal_handlers):
+    spec = make_spec(tmp_path)
+
+    def crash(_trainer):
+        raise doubles.Crash("CUDA error: an illegal memory access was encountered")
+
+    r = run_attempt(spec, script={3: crash})
+    assert (r.code, r.status["state"], r.attempt["ended_by"], r.status["exit_code"]) == (1, "failed", "failed", 3)
+    assert "first error in trainer.log: RuntimeError: CUDA error: an illegal memory access" in r.status["reason"]
+    assert r.status["last_step"] == 2
+    assert_closed(r, spec, signal_handlers)
+
+
+def test_trainer_that_ignores_the_save_request_is_stopped_at_the_deadline(tmp_path, signal_handlers):
+    """A fake clock that moves 100 s per reading passes the 30 s save budget at the next poll: the
+    driver stops the trainer and the attempt ends without a new checkpoint, in well under a second
+    of real time."""
+    spec = make_spec(tmp_path, steps=50)
+    r = run_attempt(spec, script={2: _send(signal.SIGUSR2)}, ignore_save=True, clock=doubles.FakeClock(100))
+    # outside Slurm: checkpoint and stop, the same command resumes it
+    assert (r.code, r.status["state"], r.attempt["ended_by"]) == (0, "requeued", "preempted")
+    assert r.status["reason"] == "stopped on SIGUSR2 without a new checkpoint (resumes from the last one)"
+    assert r.trainers[0].returncode == -15 and r.trainers[0].stop_calls >= 1
+    assert r.seconds < 5
+    assert_closed(r, spec, signal_handlers)
+
+
+def test_second_attempt_resumes_and_logs_apart(tmp_path, signal_handlers):
+    """Two attempts in one process: the second resumes the first's checkpoint; each driver.log
+    holds its own attempt only and the root logger does not gain handlers."""
+    spec = make_spec(tmp_path)
+    handlers_before = len(logging.getLogger().handlers)
+    first = run_attempt(spec, script={2: _send(signal.SIGUSR2)})
+    assert first.status["state"] == "requeued"
+    second = run_attempt(spec)
+    assert (second.code, second.status["state"], len(second.status["attempts"])) == (0, "completed", 2)
+    assert second.attempt["resume_step"] == 2
+    log1 = (Path(spec.run_dir) / "attempts" / "1" / "driver.log").read_text()
+    assert "attempt 1" in log1 and "attempt 2" not in log1
+    assert len(logging.getLogger().handlers) <= handlers_before
+    assert_closed(second, spec, signal_handlers)

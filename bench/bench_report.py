@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from grpokit.results.report_table import collect_report, write_tables
-from grpokit.results.sweep_folder import load_sweep
+from grpokit.run_folder.sweep import load_sweep
 
 KEYS = [
     "critic/rewards/mean",

@@ -32,9 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from grpokit.run_folder import FINAL_STATES, read_status
+from grpokit.run_folder.metrics import read_jsonl
 from grpokit.runtime.checkpoints import list_checkpoints, read_tracker
-from grpokit.runtime.metrics import read_jsonl
-from grpokit.runtime.status import FINAL_STATES, read_status
 
 log = logging.getLogger(__name__)
 

@@ -24,10 +24,12 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
+from grpokit.run_folder import FINAL_STATES, read_status  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("GRPOKIT_SHARED", REPO.parent / "shared"))
 FAKE_TRAINER = REPO / "tests" / "doubles" / "fake_verl_trainer.py"
-FINAL = {"completed", "failed", "cancelled", "skipped_no_gpu"}
+FINAL = FINAL_STATES  # the kit's own final states (grpokit.run_folder.states)
 
 
 def slurm_up() -> bool:
@@ -93,11 +95,6 @@ def run_kit(
         env={**os.environ, **(env or {})},
         timeout=timeout,
     )
-
-
-def read_status(run_dir: Path) -> dict:
-    path = Path(run_dir) / "status.json"
-    return json.loads(path.read_text()) if path.exists() else {"state": "pending", "attempts": []}
 
 
 def wait_final(run_dirs: list[Path], timeout: float, states: set[str] = FINAL) -> list[dict]:

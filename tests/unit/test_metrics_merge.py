@@ -1,4 +1,4 @@
-"""grpokit.runtime.metrics: reading verl's file-logger JSONL and merging attempts."""
+"""grpokit.run_folder.metrics: reading verl's file-logger JSONL and merging attempts."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from grpokit.runtime.metrics import merge_attempts, read_jsonl, write_merged
+from grpokit.run_folder.metrics import merge_attempts, read_jsonl, write_merged
 
 
 def write_attempt(run_dir: Path, k: int, steps: dict[int, dict]) -> Path:

@@ -21,7 +21,7 @@ from grpokit.results.report_table import collect_report
 from grpokit.results.slurm_state import SlurmJobState
 from grpokit.results.status_table import collect_rows, render_table
 from grpokit.results.summary import gpu_hours, point_state
-from grpokit.results.sweep_folder import load_sweep
+from grpokit.run_folder.sweep import load_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 

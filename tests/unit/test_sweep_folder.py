@@ -1,5 +1,5 @@
 """Sweep folders: claimed atomically, never re-used silently; resume compares settings; wait=true
-waits for this submission only (grpokit.submit.folder, .resume, .wait, .manifest)."""
+waits for this submission only (grpokit.run_folder.claim and .manifest, grpokit.submit.resume and .wait)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from grpokit.config.point import PointSpec
-from grpokit.submit import folder, resume, wait
-from grpokit.submit.folder import SUBMISSIONS, SweepFolderError
-from grpokit.submit.manifest import replace_job_ids, write_manifest
+from grpokit.run_folder import claim as folder
+from grpokit.run_folder.claim import SUBMISSIONS, SweepFolderError
+from grpokit.run_folder.manifest import replace_job_ids, write_manifest
+from grpokit.submit import resume, wait
 
 LR = "actor_rollout_ref.actor.optim.lr"
 

@@ -122,8 +122,8 @@ def test_arrays_per_request_share_the_parallelism_and_the_dry_run_shows_them():
 
 def test_a_refused_submission_leaves_the_sweep_folder_consistent(tmp_path):
     from grpokit.config.point import PointSpec
+    from grpokit.run_folder.manifest import write_manifest
     from grpokit.submit.arrays import SubmissionError, after_refusal
-    from grpokit.submit.manifest import write_manifest
 
     def folder(name: str) -> tuple[Path, list[PointSpec]]:
         sweep = tmp_path / name

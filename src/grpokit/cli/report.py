@@ -14,7 +14,7 @@ from pathlib import Path
 
 from grpokit.results.plots import plot_curves, plot_heatmap
 from grpokit.results.report_table import collect_report, tensorboard_command, write_tables
-from grpokit.results.sweep_folder import load_sweep
+from grpokit.run_folder.sweep import load_sweep
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from grpokit.config.compose import compose_kit
 from grpokit.config.point import PointSpec, build_point
+from grpokit.run_folder.manifest import MANIFEST, write_manifest
 from grpokit.runtime.driver import run_point
-from grpokit.submit.manifest import MANIFEST, write_manifest
 from grpokit.validate import validate_point
 
 

@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.live import Live
 
 from grpokit.results.status_table import collect_rows, render_table, row_json
-from grpokit.results.sweep_folder import load_sweep
+from grpokit.run_folder.sweep import load_sweep
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The comparison table of ``launch/report.py``: one row per sweep point.
 
-Each point's metrics are merged from its attempts (``grpokit.runtime.metrics.merge_attempts``)
+Each point's metrics are merged from its attempts (``grpokit.run_folder.metrics.merge_attempts``)
 rather than read from ``<run_dir>/metrics.jsonl``, which is only rewritten at the end of an attempt.
 """
 
@@ -24,8 +24,8 @@ from grpokit.results.summary import (
     point_state,
     val_acc_keys,
 )
-from grpokit.results.sweep_folder import Sweep
-from grpokit.runtime.metrics import merge_attempts
+from grpokit.run_folder.metrics import merge_attempts
+from grpokit.run_folder.sweep import Sweep
 
 log = logging.getLogger(__name__)
 

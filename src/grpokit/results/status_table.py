@@ -17,8 +17,9 @@ from rich.text import Text
 
 from grpokit.results.slurm_state import SlurmJobState, job_states
 from grpokit.results.summary import last_reward, point_reason, point_state, val_acc_keys
-from grpokit.results.sweep_folder import Point, Sweep, attempt_elapsed_s
-from grpokit.runtime.metrics import merge_attempts
+from grpokit.run_folder.metrics import merge_attempts
+from grpokit.run_folder.status import attempt_elapsed_s
+from grpokit.run_folder.sweep import Point, Sweep
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,9 @@ import numpy as np
 import pandas as pd
 
 from grpokit.results.slurm_state import SlurmJobState
-from grpokit.results.sweep_folder import Point, attempt_elapsed_s
-from grpokit.runtime.status import FINAL_STATES
+from grpokit.run_folder import FINAL_STATES
+from grpokit.run_folder.status import attempt_elapsed_s
+from grpokit.run_folder.sweep import Point
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +166,7 @@ def last_reward(df: pd.DataFrame) -> float:
 
 
 def metrics_summary(df: pd.DataFrame) -> dict[str, float]:
-    """Summary of a merged frame (``grpokit.runtime.metrics.merge_attempts``, sorted by step).
+    """Summary of a merged frame (``grpokit.run_folder.metrics.merge_attempts``, sorted by step).
 
     Keys: ``last_step``; ``final_reward_mean`` (last reward); per data source ``final_acc:<src>``,
     ``best_acc:<src>``, ``best_acc_step:<src>`` (from ``val-core/<src>/acc/mean@1``; the earliest

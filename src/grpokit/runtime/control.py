@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from grpokit.runtime.status import now, write_json_atomic
+from grpokit.run_folder import now, write_json_atomic
 
 ENV = "GRPOKIT_CONTROL_DIR"
 SAVE_REQUEST = "save_request"

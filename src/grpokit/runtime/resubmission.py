@@ -16,7 +16,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from grpokit.runtime.status import now, read_status, write_json_atomic
+from grpokit.run_folder import now, read_status, write_json_atomic
 
 RESUBMIT_FILE = "resubmit.json"
 

@@ -15,8 +15,8 @@ import os
 import shutil
 from pathlib import Path
 
+from grpokit.run_folder import now
 from grpokit.runtime.checkpoints import TRACKER_FILE, latest_complete, list_checkpoints, read_tracker
-from grpokit.runtime.status import now
 
 log = logging.getLogger(__name__)
 

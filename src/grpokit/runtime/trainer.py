@@ -30,7 +30,7 @@ def environment(run_dir: Path, attempt_dir: Path) -> dict[str, str]:
     """Where verl's loggers write (per attempt) and where the trainer finds the control files.
 
     verl's file logger truncates its JSONL when opened (``open(..., "wb")``), so each attempt gets
-    its own file; :func:`grpokit.runtime.metrics.write_merged` joins them.
+    its own file; :func:`grpokit.run_folder.metrics.write_merged` joins them.
     """
     return {
         "VERL_FILE_LOGGER_PATH": str(attempt_dir / "metrics.jsonl"),

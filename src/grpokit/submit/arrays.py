@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from grpokit.config.point import PointSpec
-from grpokit.runtime.status import write_json_atomic
+from grpokit.run_folder import write_json_atomic
+from grpokit.run_folder.manifest import MANIFEST, slurm_ids
 from grpokit.submit import slurm
-from grpokit.submit.manifest import MANIFEST, slurm_ids
 from grpokit.submit.task import RunPointTask
 from grpokit.validate.slurm_request import SlurmQueryError, array_chunks, run_slurm
 

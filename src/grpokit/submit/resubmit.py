@@ -14,11 +14,11 @@ from pathlib import Path
 from grpokit.config.point import PointSpec
 from grpokit.results.slurm_state import job_states
 from grpokit.results.summary import point_state
-from grpokit.results.sweep_folder import load_sweep
+from grpokit.run_folder import write_json_atomic
+from grpokit.run_folder.claim import folder_state, open_existing
+from grpokit.run_folder.manifest import MANIFEST, read_manifest, replace_job_ids
+from grpokit.run_folder.sweep import load_sweep
 from grpokit.runtime import resubmission
-from grpokit.runtime.status import write_json_atomic
-from grpokit.submit.folder import folder_state, open_existing
-from grpokit.submit.manifest import MANIFEST, read_manifest, replace_job_ids
 from grpokit.submit.sweep import run_local, submit_slurm
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ def resubmit(sweep_dir: Path, states: tuple[str, ...] = DEFAULT_STATES, dry_run:
     read_manifest(sweep_dir)  # its clear error when the folder is not a sweep folder
     if folder_state(sweep_dir) == "free":
         return []  # a dry run's folder: nothing was submitted there (and it stays free for the real run)
-    # Locked like a resume (grpokit.submit.folder): two resubmissions never submit a point twice.
+    # Locked like a resume (grpokit.run_folder.claim): two resubmissions never submit a point twice.
     with open_existing(sweep_dir) as claim:
         return _resubmit_locked(claim, states, dry_run)
 

@@ -136,7 +136,7 @@ def point_states(sweep_dir: Path) -> dict[int, str]:
     """``{index: status word}`` of every recorded point (Slurm's live view, then status.json)."""
     from grpokit.results.slurm_state import job_states
     from grpokit.results.summary import point_state
-    from grpokit.results.sweep_folder import load_sweep
+    from grpokit.run_folder.sweep import load_sweep
 
     sweep = load_sweep(sweep_dir)
     ids = [p.job_id for p in sweep.points if p.job_id]

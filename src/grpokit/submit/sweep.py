@@ -16,10 +16,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpokit.config.point import PointSpec, build_point, kit_notices
 from grpokit.paths import CONFIG_DIR
-from grpokit.runtime import resubmission
-from grpokit.runtime.status import write_json_atomic
-from grpokit.submit import resume as resume_mod
-from grpokit.submit.folder import (
+from grpokit.run_folder import write_json_atomic
+from grpokit.run_folder.claim import (
     Claim,
     SweepFolderError,
     check_before_validation,
@@ -28,8 +26,10 @@ from grpokit.submit.folder import (
     folder_state,
     is_generated,
 )
-from grpokit.submit.folder import claim as claim_folder
-from grpokit.submit.manifest import MANIFEST, read_manifest, replace_job_ids, write_manifest
+from grpokit.run_folder.claim import claim as claim_folder
+from grpokit.run_folder.manifest import MANIFEST, read_manifest, replace_job_ids, write_manifest
+from grpokit.runtime import resubmission
+from grpokit.submit import resume as resume_mod
 from grpokit.submit.task import RunPointTask
 from grpokit.submit.wait import attempt_counts, wait_for
 from grpokit.validate import Problem, SweepValidationError, validate_points

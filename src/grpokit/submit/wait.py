@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from grpokit.config.point import PointSpec
-from grpokit.runtime.status import FINAL_STATES, read_status
+from grpokit.run_folder import FINAL_STATES, read_status
 
 log = logging.getLogger(__name__)
 

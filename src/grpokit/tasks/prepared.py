@@ -34,7 +34,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from grpokit.runtime.status import now, write_json_atomic
+from grpokit.run_folder import now, write_json_atomic
 
 MANIFEST = "manifest.json"
 MAX_SHOWN = 50

@@ -1,22 +1,18 @@
 """Read a sweep folder (``logs/<sweep_name>/``): its manifest and each point's ``status.json``.
 
-Format: docs/run-folder.md. Nothing here writes; the job and ``sweep.py`` own these files.
+Format: docs/run-folder.md. Nothing here writes; the job and the sweep command own these files.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
-from grpokit.runtime.status import STATUS_FILE
-from grpokit.submit.manifest import MANIFEST
+from grpokit.run_folder.manifest import read_manifest
+from grpokit.run_folder.status import StatusFileError, read_status
 
 log = logging.getLogger(__name__)
-
-STATUS = STATUS_FILE
 
 
 @dataclass
@@ -70,16 +66,12 @@ def point_job_id(entry: dict) -> str | None:
     return None
 
 
-def read_status(run_dir: Path) -> dict | None:
-    """Parsed ``<run_dir>/status.json``; None when absent or unreadable (a warning says which)."""
-    path = run_dir / STATUS
-    if not path.exists():
-        return None
+def _status_or_none(run_dir: Path) -> dict | None:
+    """:func:`read_status`, with a damaged file shown as no status (a warning names it and the fix)."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        # The driver replaces the file atomically, so this is damage, not a race; show the point anyway.
-        log.warning("%s unreadable (%s); showing the point without it", path, exc)
+        return read_status(run_dir, pending_if_missing=False)
+    except StatusFileError as exc:
+        log.warning("%s; showing the point without it", exc)
         return None
 
 
@@ -91,12 +83,7 @@ def load_sweep(path: Path | str) -> Sweep:
     A relative ``run_dir`` in the manifest is taken relative to the sweep folder.
     """
     path = Path(path)
-    mpath = path / MANIFEST
-    if not mpath.exists():
-        raise FileNotFoundError(f"{mpath} not found: pass a sweep folder (logs/<sweep_name>) written by sweep.py")
-    manifest = json.loads(mpath.read_text())
-    if "points" not in manifest:
-        raise ValueError(f"{mpath} has no 'points' list; was it written by sweep.py?")
+    manifest = read_manifest(path)
     points = []
     for entry in manifest["points"]:
         run_dir = Path(entry["run_dir"])
@@ -109,30 +96,8 @@ def load_sweep(path: Path | str) -> Sweep:
                 run_dir=run_dir,
                 swept=dict(entry.get("swept") or {}),
                 job_id=point_job_id(entry),
-                status=read_status(run_dir),
+                status=_status_or_none(run_dir),
             )
         )
     swept_keys = list(manifest.get("swept_keys") or sorted({k for p in points for k in p.swept}))
     return Sweep(path=path, manifest=manifest, swept_keys=swept_keys, points=sorted(points, key=lambda p: p.index))
-
-
-def parse_time(text: str | None) -> datetime | None:
-    """ISO 8601 to an aware datetime (naive values are taken as UTC); None for blanks or junk."""
-    if not text:
-        return None
-    try:
-        t = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return t if t.tzinfo else t.replace(tzinfo=UTC)
-
-
-def attempt_elapsed_s(attempt: dict, now: datetime | None = None) -> float | None:
-    """An attempt's elapsed seconds: its ``elapsed_s``, else end - start, else now - start (running)."""
-    if attempt.get("elapsed_s") is not None:
-        return float(attempt["elapsed_s"])
-    start = parse_time(attempt.get("start"))
-    if start is None:
-        return None
-    end = parse_time(attempt.get("end")) or now or datetime.now(UTC)
-    return max(0.0, (end - start).total_seconds())

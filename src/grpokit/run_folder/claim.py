@@ -25,11 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grpokit.runtime.status import now
-from grpokit.submit.manifest import MANIFEST
+from grpokit.run_folder.atomic import now
+from grpokit.run_folder.layout import DRY_RUN, MANIFEST, SUBMISSIONS
 
-SUBMISSIONS = "submissions.jsonl"
-DRY_RUN = "dry_run.md"
 #: What a dry run (or Hydra's sweeper, before the kit moved it to ``logs/.hydra``) leaves in a folder.
 _DRY_RUN_ONLY = {DRY_RUN, MANIFEST, "multirun.yaml"}
 _MAX_SUFFIX = 1000

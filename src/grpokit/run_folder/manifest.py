@@ -1,15 +1,20 @@
-"""``manifest.json`` of a sweep folder: the points, their overrides, Slurm ids and run folders."""
+"""``manifest.json`` of a sweep folder: the points, their overrides, Slurm ids and run folders.
+
+Written by the sweep command (:func:`write_manifest`); ``resume=true`` and ``resubmit`` rewrite only
+the ids of the points they resubmit (:func:`replace_job_ids`). Format: docs/run-folder.md.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from grpokit.config.point import PointSpec
-from grpokit.runtime.status import now, write_json_atomic
+from grpokit.run_folder.atomic import now, write_json_atomic
+from grpokit.run_folder.layout import MANIFEST
 
-MANIFEST = "manifest.json"
+if TYPE_CHECKING:
+    from grpokit.config.point import PointSpec
 
 
 def slurm_ids(job_id: str | None) -> dict[str, Any]:
@@ -44,7 +49,7 @@ def write_manifest(
     """Write the manifest (atomically); ``job_ids[i]`` is point i's Slurm id (None when not submitted).
 
     ``dry_run``: the points were only validated (a dry run's manifest; a real sweep may take the
-    folder over, see :mod:`grpokit.submit.folder`).
+    folder over, see :mod:`grpokit.run_folder.claim`).
     """
     data = {
         "sweep": specs[0].sweep_name if specs else sweep_dir.name,
@@ -77,7 +82,21 @@ def replace_job_ids(manifest: dict[str, Any], new: dict[int, tuple[str | None, s
 
 
 def read_manifest(sweep_dir: Path) -> dict[str, Any]:
+    """The parsed manifest of ``sweep_dir``.
+
+    Raises:
+        FileNotFoundError: no manifest there (not a sweep folder written by the sweep command).
+        ValueError: the file is not JSON or has no ``points`` list (the message names the file).
+    """
     path = Path(sweep_dir) / MANIFEST
     if not path.exists():
-        raise FileNotFoundError(f"{path} not found: pass a sweep folder written by launch/sweep.py")
-    return json.loads(path.read_text())
+        raise FileNotFoundError(f"{path} not found: pass a sweep folder (logs/<sweep_name>) written by 'grpokit sweep'")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"{path}: not JSON ({exc}); the sweep command writes it atomically, so it was damaged"
+        ) from exc
+    if not isinstance(data, dict) or not isinstance(data.get("points"), list):
+        raise ValueError(f"{path} has no 'points' list; was it written by 'grpokit sweep'?")
+    return data

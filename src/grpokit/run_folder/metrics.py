@@ -17,12 +17,12 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from grpokit.runtime.status import write_bytes_atomic
+from grpokit.run_folder.atomic import write_bytes_atomic
+from grpokit.run_folder.layout import METRICS, RunFolder
 
 log = logging.getLogger(__name__)
 
-ATTEMPTS_DIR = "attempts"
-METRICS_FILE = "metrics.jsonl"
+METRICS_FILE = METRICS
 
 
 def read_jsonl(path: Path | str) -> list[dict]:
@@ -60,11 +60,7 @@ def read_jsonl(path: Path | str) -> list[dict]:
 
 def attempt_dirs(run_dir: Path | str) -> list[tuple[int, Path]]:
     """``[(k, run_dir/attempts/k), ...]`` sorted by attempt number k (numeric folder names only)."""
-    root = Path(run_dir) / ATTEMPTS_DIR
-    if not root.is_dir():
-        return []
-    found = [(int(p.name), p) for p in root.iterdir() if p.is_dir() and p.name.isdigit()]
-    return sorted(found)
+    return [(a.number, a.path) for a in RunFolder(run_dir).attempts()]
 
 
 def merge_attempts(run_dir: Path | str) -> pd.DataFrame:

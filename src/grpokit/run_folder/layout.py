@@ -1,0 +1,131 @@
+"""Every file name of a sweep folder and of a run folder: the one place that spells them.
+
+docs/run-folder.md describes each file's format and writer. Code builds paths through
+:class:`SweepFolder`, :class:`RunFolder` and :class:`AttemptFolder` (or the name constants
+below), never from its own string literals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+# --- sweep folder: logs/<sweep_name>/ ---
+MANIFEST = "manifest.json"
+SUBMISSIONS = "submissions.jsonl"
+DRY_RUN = "dry_run.md"
+SUBMITIT_DIR = "submitit"
+
+# --- run folder: logs/<sweep_name>/<NNN>_<slug>/ ---
+POINT = "point.json"
+VERL_CMD = "verl_cmd.sh"
+ENV = "env.json"
+ENDPOINTS = "endpoints.json"
+GPU_PLAN = "gpu_plan.json"
+STATUS = "status.json"
+METRICS = "metrics.jsonl"  # also each attempt's own file (verl's file logger)
+ATTEMPTS_DIR = "attempts"
+CHECKPOINTS = "checkpoints"
+CONTROL_DIR = "control"
+SAVE_REQUEST = "save_request"  # in control/
+SAVED_FOR_REQUEUE = "saved_for_requeue.json"  # in control/
+RESUBMIT = "resubmit.json"
+SECRETS_DIR = ".secrets"
+HF_DIR = "hf"
+
+# --- attempt folder: <run folder>/attempts/<k>/ ---
+DRIVER_LOG = "driver.log"
+TRAINER_LOG = "trainer.log"
+RAY_DIR = "ray"
+SIDECARS_DIR = "sidecars"
+SIGNAL_RELAY_LOG = "signal_relay.log"
+TENSORBOARD_DIR = "tensorboard"
+HANG_STACKS = "hang_stacks.txt"
+STACKS_DIR = "stacks"
+
+
+@dataclass(frozen=True)
+class SweepFolder:
+    """``logs/<sweep_name>/``: path is the folder (it need not exist yet)."""
+
+    path: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
+    @property
+    def manifest(self) -> Path:
+        return self.path / MANIFEST
+
+    @property
+    def submissions(self) -> Path:
+        return self.path / SUBMISSIONS
+
+    @property
+    def dry_run(self) -> Path:
+        return self.path / DRY_RUN
+
+    @property
+    def submitit(self) -> Path:
+        return self.path / SUBMITIT_DIR
+
+
+@dataclass(frozen=True)
+class AttemptFolder:
+    """``<run folder>/attempts/<k>/``: one start of the job (k = 1, 2, ...)."""
+
+    path: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
+    @property
+    def number(self) -> int:
+        return int(self.path.name)
+
+    driver_log = property(lambda self: self.path / DRIVER_LOG)
+    trainer_log = property(lambda self: self.path / TRAINER_LOG)
+    ray = property(lambda self: self.path / RAY_DIR)
+    sidecars = property(lambda self: self.path / SIDECARS_DIR)
+    signal_relay_log = property(lambda self: self.path / SIGNAL_RELAY_LOG)
+    metrics = property(lambda self: self.path / METRICS)
+    tensorboard = property(lambda self: self.path / TENSORBOARD_DIR)
+    hang_stacks = property(lambda self: self.path / HANG_STACKS)
+    stacks = property(lambda self: self.path / STACKS_DIR)
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """``logs/<sweep_name>/<NNN>_<slug>/``: one point's folder (it need not exist yet)."""
+
+    path: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
+    point = property(lambda self: self.path / POINT)
+    verl_cmd = property(lambda self: self.path / VERL_CMD)
+    env = property(lambda self: self.path / ENV)
+    endpoints = property(lambda self: self.path / ENDPOINTS)
+    gpu_plan = property(lambda self: self.path / GPU_PLAN)
+    status = property(lambda self: self.path / STATUS)
+    metrics = property(lambda self: self.path / METRICS)
+    attempts_dir = property(lambda self: self.path / ATTEMPTS_DIR)
+    checkpoints = property(lambda self: self.path / CHECKPOINTS)
+    control = property(lambda self: self.path / CONTROL_DIR)
+    resubmit = property(lambda self: self.path / RESUBMIT)
+    secrets = property(lambda self: self.path / SECRETS_DIR)
+    hf = property(lambda self: self.path / HF_DIR)
+
+    def attempt(self, k: int) -> AttemptFolder:
+        """The folder of attempt ``k`` (1-based)."""
+        return AttemptFolder(self.path / ATTEMPTS_DIR / str(int(k)))
+
+    def attempts(self) -> list[AttemptFolder]:
+        """The attempt folders present, sorted by number (folders with a numeric name only)."""
+        root = self.attempts_dir
+        if not root.is_dir():
+            return []
+        return sorted(
+            (AttemptFolder(p) for p in root.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda a: a.number
+        )

@@ -1,0 +1,53 @@
+"""The words ``status.json`` uses: a point's ``state`` and an attempt's ``ended_by`` (docs/run-folder.md).
+
+Both are ``StrEnum``: a member equals its string (``PointState.COMPLETED == "completed"``), so the
+JSON files hold plain words and a word read back compares with the enum directly.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class PointState(StrEnum):
+    """``status.json`` ``state``: written by the in-job driver only."""
+
+    PENDING = "pending"  # no job has started (also what a missing status.json means)
+    RUNNING = "running"
+    REQUEUED = "requeued"  # an attempt ended and Slurm (or the kit) starts the point again
+    COMPLETED = "completed"  # trained to its target step, with the final checkpoint when saving
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    SKIPPED_NO_GPU = "skipped_no_gpu"  # every stage but training ran: the node had no GPU
+    PRUNED = "pruned"  # stopped on a failure sign in its metrics (runtime.pruning) or by successive halving
+
+    @property
+    def is_final(self) -> bool:
+        """Whether nothing restarts the point but ``resubmit`` (its ``resubmit.json``)."""
+        return self in FINAL_STATES
+
+
+#: States after which a job of the point exits at once unless ``resubmit.json`` asks it to run.
+FINAL_STATES: frozenset[PointState] = frozenset(
+    {PointState.COMPLETED, PointState.FAILED, PointState.CANCELLED, PointState.SKIPPED_NO_GPU, PointState.PRUNED}
+)
+#: Final states of a point that did what it was asked (the driver's exit status 0).
+SUCCESS_STATES: frozenset[PointState] = frozenset({PointState.COMPLETED, PointState.SKIPPED_NO_GPU})
+
+
+class EndedBy(StrEnum):
+    """An attempt's ``ended_by`` in ``status.json``: how that start of the job ended."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    PREEMPTED = "preempted"
+    CANCELLED = "cancelled"
+    SIDECAR_FAILED = "sidecar_failed"
+    SKIPPED_NO_GPU = "skipped_no_gpu"
+    EARLY_EXIT = "early_exit"
+    NO_FINAL_CHECKPOINT = "no_final_checkpoint"
+    INVALID = "invalid"
+    HUNG = "hung"
+    PRUNED = "pruned"  # a runtime.pruning rule fired (grpokit.runtime.pruning)
+    KILLED = "killed"  # the attempt never closed: found open by the next start (SIGKILL, node failure)

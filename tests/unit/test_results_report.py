@@ -16,9 +16,9 @@ from rich.console import Console
 
 from grpokit.results import report_table, status_table
 from grpokit.results.report_table import collect_report, write_tables
-from grpokit.results.slurm_state import SlurmJobState
 from grpokit.results.status_table import collect_rows, render_table
 from grpokit.run_folder.sweep import load_sweep
+from grpokit.slurm.states import SlurmJobState
 
 REPO = Path(__file__).resolve().parents[2]
 ACC = "val-core/openai/gsm8k/acc/mean@1"

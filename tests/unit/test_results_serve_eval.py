@@ -12,6 +12,7 @@ import pytest
 
 from grpokit.results import evaluation, vllm_serve
 from grpokit.runtime.ports import reserve_ports
+from grpokit.slurm.gpus import visible_gpus
 
 REPO = Path(__file__).resolve().parents[2]
 DOUBLE = REPO / "tests" / "doubles" / "openai_chat_double.py"
@@ -215,7 +216,7 @@ def test_gpu_placement(monkeypatch):
     assert vllm_serve.place(2, ["0", "1", "2"]) == ["0", "1"]
     assert vllm_serve.place(2, []) == [None, None]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
-    assert vllm_serve.visible_gpus() == ["4", "5"]
+    assert visible_gpus(probe=True) == ["4", "5"]
 
 
 def test_defaults_from_run_folder_and_errors(tmp_path, capsys):

@@ -2,8 +2,8 @@
 GPU hours count only attempts that held GPUs for training, a reason column, ``--json``.
 
 Sweep folders are written per docs/run-folder.md; Slurm's answer is a SlurmJobState as
-``slurm_state.job_states`` returns it (its parsing of the real commands is tested in
-test_results_slurm_state.py; tests/integration/test_train_sbatch.py reads a real Slurm job).
+``grpokit.slurm.states.job_states`` returns it (its parsing of the real commands is tested in
+test_slurm_states.py; tests/integration/test_train_sbatch.py reads a real Slurm job).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from rich.console import Console
 
 from grpokit.results import report_table, status_table
 from grpokit.results.report_table import collect_report
-from grpokit.results.slurm_state import SlurmJobState
 from grpokit.results.status_table import collect_rows, render_table
 from grpokit.results.summary import gpu_hours, point_state
 from grpokit.run_folder.sweep import load_sweep
+from grpokit.slurm.states import SlurmJobState
 
 REPO = Path(__file__).resolve().parents[2]
 

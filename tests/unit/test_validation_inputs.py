@@ -16,11 +16,12 @@ import pytest
 
 from grpokit.config.compose import compose_kit
 from grpokit.config.point import build_point
+from grpokit.slurm.times import parse_time_min
 from grpokit.validate import SweepValidationError, check_sweep, validate_point
 from grpokit.validate.command_line import check
 from grpokit.validate.model_checks import model_positions
 from grpokit.validate.problems import Problem
-from grpokit.validate.slurm_request import array_chunks, check_facts, gres_gpus, parse_facts, parse_time_min
+from grpokit.validate.slurm_request import array_chunks, check_facts, gres_gpus, parse_facts
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -116,8 +117,10 @@ def test_arrays_per_request_share_the_parallelism_and_the_dry_run_shows_them():
     arrays = array_requests(specs, max_size=2)
     assert [(m, c["mem_gb"], c["array_parallelism"]) for m, c in arrays] == [([0, 2], 1, 2), ([3], 1, 2), ([1], 2, 4)]
     text = "\n".join(dry_run_section(specs, max_size=2))
-    assert text.startswith("## Slurm request (3 arrays)") and text.count("#SBATCH --array=") == 3
+    # a request of one point is one job (submitit submits a map_array of one as a plain job)
+    assert text.startswith("## Slurm request (3 arrays)") and text.count("#SBATCH --array=") == 1
     assert "#SBATCH --array=0-1%2" in text and "#SBATCH --mem=2GB" in text
+    assert "#SBATCH --output=/r/submitit/%A_%a_0_log.out" in text  # the sweep's own submitit folder
 
 
 def test_a_refused_submission_leaves_the_sweep_folder_consistent(tmp_path):

@@ -27,6 +27,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from grpokit.results import evaluation, vllm_serve
+from grpokit.slurm.gpus import visible_gpus
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +117,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
         for n, m, url in (("base", args.base, args.base_url), ("trained", args.trained, args.trained_url))
         if url is None
     ]
-    placement = vllm_serve.place(len(to_start), vllm_serve.visible_gpus())
+    placement = vllm_serve.place(len(to_start), visible_gpus(probe=True))
     ports = free_ports(len(to_start)) if to_start else []
     endpoints: dict[str, evaluation.Endpoint] = {}
     if args.base_url:

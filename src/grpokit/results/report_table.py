@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from grpokit.results.slurm_state import job_states
 from grpokit.results.summary import (
     REWARD_KEY,
     SCORE_KEY,
@@ -26,6 +25,7 @@ from grpokit.results.summary import (
 )
 from grpokit.run_folder.metrics import merge_attempts
 from grpokit.run_folder.sweep import Sweep
+from grpokit.slurm.states import job_states
 
 log = logging.getLogger(__name__)
 

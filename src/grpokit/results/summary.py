@@ -16,10 +16,10 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 
-from grpokit.results.slurm_state import SlurmJobState
 from grpokit.run_folder import FINAL_STATES
 from grpokit.run_folder.status import attempt_elapsed_s
 from grpokit.run_folder.sweep import Point
+from grpokit.slurm.states import SlurmJobState
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -67,17 +66,6 @@ def vllm_command(spec: ServeSpec, python: str | None = None) -> list[str]:
         "--limit-mm-per-prompt",
         json.dumps({"image": 0, "video": 0}),
     ]
-
-
-def visible_gpus() -> list[str]:
-    """GPU ids this process may use: CUDA_VISIBLE_DEVICES, else ``nvidia-smi -L``; [] without GPUs."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        return [g for g in env.split(",") if g.strip()]
-    if shutil.which("nvidia-smi") is None:
-        return []
-    res = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=False)
-    return [str(i) for i, line in enumerate(res.stdout.splitlines()) if line.startswith("GPU ")]
 
 
 def place(n_servers: int, gpus: list[str]) -> list[str | None]:

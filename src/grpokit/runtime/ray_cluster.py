@@ -27,7 +27,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from grpokit.runtime import environment, ports, procs
+from grpokit.runtime import ports, procs
+from grpokit.slurm.nodes import srun_step
 
 log = logging.getLogger(__name__)
 
@@ -273,7 +274,7 @@ def start_cluster_once(
     worker_env = {"RAY_NUM_REDIS_GET_RETRIES": str(max(20, int(timeout_s / 2))), **env}
     try:
         for node in nodes[1:]:
-            worker_cmd = environment.srun_step(
+            worker_cmd = srun_step(
                 [node],
                 "grpokit.runtime.ray_worker",
                 f"--address={address}",

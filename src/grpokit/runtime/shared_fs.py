@@ -22,7 +22,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from grpokit.runtime import environment
+from grpokit.slurm.nodes import srun_step
 
 #: Seconds a node keeps looking for the token (covers attribute caches of network file systems).
 VISIBLE_WITHIN_S = 10.0
@@ -31,7 +31,7 @@ _MARK = "GRPOKIT_SHARED_FS "
 
 def probe_command(others: list[str], path: Path, token: str, within_s: float) -> list[str]:
     """``srun`` running the check once on each node of ``others`` (inside the job's allocation)."""
-    return environment.srun_step(others, "grpokit.runtime.shared_fs", str(path), token, f"--within={within_s:g}")
+    return srun_step(others, "grpokit.runtime.shared_fs", str(path), token, f"--within={within_s:g}")
 
 
 def unshared_nodes(folder: Path, others: list[str], within_s: float = VISIBLE_WITHIN_S) -> dict[str, str] | None:

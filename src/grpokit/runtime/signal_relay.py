@@ -1,7 +1,7 @@
 """``python -m grpokit.runtime.signal_relay --pid <driver pid>``: a job step that passes USR2 to the driver.
 
 The driver runs in the job's batch step (``slurm/train.sbatch`` execs it; the sweep's batch
-script runs it under its batch shell, :mod:`grpokit.submit.slurm`). Slurm's own warning is sent
+script runs it under its batch shell, :mod:`grpokit.slurm.executor`). Slurm's own warning is sent
 to the batch shell only (``--signal=B:USR2@lead``) and reaches the driver from there, but
 ``scancel --signal=USR2 <array>_<task>`` without ``--batch`` signals every job step and never the
 batch step. This step (``srun --overlap`` on the driver's node, started by the driver,
@@ -18,12 +18,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grpokit.runtime import environment, procs
+from grpokit.runtime import procs
+from grpokit.slurm.nodes import srun_step
 
 
 def start(node: str, log_path: Path) -> subprocess.Popen:
     """Start the relay step for this process (the driver) on ``node``, its own node."""
-    cmd = environment.srun_step([node], "grpokit.runtime.signal_relay", f"--pid={os.getpid()}")
+    cmd = srun_step([node], "grpokit.runtime.signal_relay", f"--pid={os.getpid()}")
     return procs.start(cmd, log_path)
 
 

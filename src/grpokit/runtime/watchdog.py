@@ -38,7 +38,7 @@ from pathlib import Path
 
 import psutil
 
-from grpokit.runtime import environment
+from grpokit.slurm.nodes import srun_step
 
 log = logging.getLogger(__name__)
 
@@ -320,9 +320,7 @@ def local_targets(trainer_pid: int, ray_pid: int | None) -> list[tuple[str, int]
 
 def remote_dump_command(node: str, address: str, stacks_dir: Path) -> list[str]:
     """``srun`` command that prints the stacks of this job's Ray workers on another node."""
-    return environment.srun_step(
-        [node], "grpokit.runtime.watchdog", f"--ray-address={address}", f"--stacks-dir={stacks_dir}"
-    )
+    return srun_step([node], "grpokit.runtime.watchdog", f"--ray-address={address}", f"--stacks-dir={stacks_dir}")
 
 
 def write_stacks_file(

@@ -24,7 +24,8 @@ from typing import Any
 from grpokit.config.point import PointSpec
 from grpokit.run_folder import write_json_atomic
 from grpokit.run_folder.manifest import MANIFEST, slurm_ids
-from grpokit.submit import slurm
+from grpokit.slurm import sbatch
+from grpokit.slurm.executor import make_executor
 from grpokit.submit.task import RunPointTask
 from grpokit.validate.slurm_request import SlurmQueryError, array_chunks, run_slurm
 
@@ -136,7 +137,7 @@ def submit_arrays(folder: Path, specs: list[PointSpec], *, name: str, max_size: 
         captured = io.StringIO()
         try:
             with contextlib.redirect_stderr(captured):  # submitit prints sbatch's stderr itself
-                executor = slurm.make_executor(folder, cluster, name=name, num_points=len(members))
+                executor = make_executor(folder, cluster, name=name, num_points=len(members))
                 jobs = executor.map_array(RunPointTask(), [specs[i].to_json() for i in members])
         except Exception as exc:  # submitit raises FailedJobError, OSError (no sbatch), ...
             said = slurm_said(exc, captured.getvalue())
@@ -212,6 +213,7 @@ def dry_run_section(specs: list[PointSpec], max_size: int | None = None) -> list
         first, last = specs[members[0]].name, specs[members[-1]].name
         if len(arrays) > 1:
             lines.append(f"### points {first} .. {last} ({len(members)})" if len(members) > 1 else f"### point {first}")
-        preview = slurm.sbatch_preview(cluster, name=specs[0].sweep_name, num_points=len(members))
+        folder = Path(specs[0].run_dir).parent / "submitit"  # where submit_arrays is given it (submit_slurm)
+        preview = sbatch.preview(cluster, name=specs[0].sweep_name, num_points=len(members), folder=folder)
         lines += ["```", preview, "```", ""]
     return lines

@@ -134,9 +134,9 @@ def check_same_settings(manifest: dict[str, Any], specs: list[PointSpec]) -> lis
 
 def point_states(sweep_dir: Path) -> dict[int, str]:
     """``{index: status word}`` of every recorded point (Slurm's live view, then status.json)."""
-    from grpokit.results.slurm_state import job_states
     from grpokit.results.summary import point_state
     from grpokit.run_folder.sweep import load_sweep
+    from grpokit.slurm.states import job_states
 
     sweep = load_sweep(sweep_dir)
     ids = [p.job_id for p in sweep.points if p.job_id]

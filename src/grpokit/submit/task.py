@@ -9,7 +9,7 @@ class RunPointTask:
     """``RunPointTask()(spec_json) -> exit code``. Plain data in, so it always pickles.
 
     It runs in the job's batch step on the first node (``use_srun=False``, see
-    :func:`grpokit.submit.slurm.executor_parameters`) and drives the whole job: the Ray workers on
+    :func:`grpokit.slurm.executor.executor_parameters`) and drives the whole job: the Ray workers on
     the other nodes are started by the driver itself through ``srun --overlap``. Should it ever be
     started once per task (through ``srun``), only task 0 drives and the others return at once.
     """

@@ -26,7 +26,7 @@ def attempt_counts(specs: list[PointSpec]) -> list[int]:
 
 
 def _slurm_final(job_ids: list[str | None]) -> dict[str, str]:
-    from grpokit.results.slurm_state import job_states
+    from grpokit.slurm.states import job_states
 
     wanted = [j for j in job_ids if j]
     if not wanted:

@@ -14,7 +14,6 @@ On a machine without Slurm's client tools nothing is checked (one line says so).
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 import shutil
 import subprocess
@@ -22,6 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from grpokit.slurm import sbatch
+from grpokit.slurm.times import parse_time_min
 from grpokit.validate.problems import Problem, note
 
 #: Seconds any one Slurm query may take before the check gives up (a slurmctld that does not answer).
@@ -91,27 +92,6 @@ def parse_memory_mb(text: str) -> int | None:
     if not m:
         return None
     return int(float(m.group(1)) * _MEM_UNITS[m.group(2) or "M"])
-
-
-def parse_time_min(text: str | None) -> int | None:
-    """Slurm's ``MaxTime`` (``UNLIMITED``, ``MM``, ``HH:MM:SS``, ``D-HH[:MM[:SS]]``) -> minutes."""
-    if text is None or text.upper() in _UNLIMITED:
-        return None
-    days = 0
-    if "-" in text:
-        d, text = text.split("-", 1)
-        days = int(d)
-        parts = [int(p) for p in text.split(":")] + [0, 0]
-        h, m, s = parts[0], parts[1], parts[2]
-    else:
-        parts = [int(p) for p in text.split(":")]
-        if len(parts) == 1:
-            return days * 1440 + parts[0]
-        if len(parts) == 2:
-            h, m, s = 0, parts[0], parts[1]
-        else:
-            h, m, s = parts[-3:]
-    return days * 1440 + h * 60 + m + math.ceil(s / 60)
 
 
 def gres_gpus(gres: str) -> int:
@@ -332,12 +312,10 @@ def check_request(
     problems = check_facts(cluster, facts)
     if problems or not shutil.which("sbatch"):
         return problems
-    from grpokit.submit.slurm import sbatch_preview
-
     chunk = min(num_points, facts.max_array_size)
     parallelism = int(cluster.get("array_parallelism") or chunk)
     refusal = sbatch_test_only(
-        sbatch_preview(cluster, name=name, num_points=chunk), num_tasks=chunk, parallelism=parallelism
+        sbatch.preview(cluster, name=name, num_points=chunk), num_tasks=chunk, parallelism=parallelism
     )
     if refusal:
         return [

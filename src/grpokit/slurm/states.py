@@ -17,6 +17,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
+from grpokit.slurm.times import parse_time_s
+
 log = logging.getLogger(__name__)
 
 COMMAND_TIMEOUT_S = 20.0
@@ -76,21 +78,6 @@ class SlurmJobState:
         return KIT_STATE.get(self.state, "unknown")
 
 
-def parse_duration(text: str | None) -> float | None:
-    """Slurm's ``[days-]hours:minutes:seconds`` (or ``MM:SS``) to seconds; None for blanks/INVALID."""
-    if not text or text in ("INVALID", "UNLIMITED", "N/A", "Unknown", "NOT_SET"):
-        return None
-    days = 0
-    if "-" in text:
-        d, text = text.split("-", 1)
-        days = int(d)
-    parts = [float(p) for p in text.split(":")]
-    while len(parts) < 3:
-        parts.insert(0, 0.0)
-    h, m, s = parts[-3:]
-    return days * 86400 + h * 3600 + m * 60 + s
-
-
 def expand_array_ids(job_id: str) -> list[str]:
     """``"120_[1-3,7%2]"`` -> ``["120_1", "120_2", "120_3", "120_7"]``; other ids unchanged."""
     m = re.fullmatch(r"(\d+)_\[([^\]]+)\]", job_id)
@@ -139,7 +126,7 @@ def parse_squeue(text: str) -> dict[str, SlurmJobState]:
                 job_id=one,
                 state=state.split()[0],
                 source="squeue",
-                elapsed_s=parse_duration(elapsed),
+                elapsed_s=parse_time_s(elapsed),
                 reason=None if reason in ("None", "") else reason,
                 nodelist=nodes or None,
             )
@@ -165,7 +152,7 @@ def parse_scontrol(text: str) -> dict[str, SlurmJobState]:
                 job_id=one,
                 state=kv.get("JobState", "UNKNOWN"),
                 source="scontrol",
-                elapsed_s=parse_duration(kv.get("RunTime")),
+                elapsed_s=parse_time_s(kv.get("RunTime")),
                 reason=None if kv.get("Reason") in (None, "None") else kv["Reason"],
                 nodelist=kv.get("NodeList") or None,
                 exit_code=kv.get("ExitCode"),

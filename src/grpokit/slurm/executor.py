@@ -1,12 +1,19 @@
-"""The Slurm request of a sweep: submitit executor parameters from the ``cluster`` config."""
+"""A point's ``cluster`` settings as submitit's Slurm parameters (``submitit.SlurmExecutor``).
+
+:func:`executor_parameters` returns the keywords of ``SlurmExecutor.update_parameters``, which are
+the keywords of submitit's batch-script renderer as they are (``job_name``, ``time``, ``mem``,
+``signal_delay_s``, ``additional_parameters``, ...): the script submitit submits and the one
+:func:`grpokit.slurm.sbatch.render` shows are made from the same dict by the same function.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-#: Lines put first into submitit's batch script (``slurm_setup``; submitit runs the point in the
-#: batch step, ``use_srun=False``). See :func:`executor_parameters` for why.
+#: Lines put first into the batch script (submitit's ``setup``; the point runs in the batch step,
+#: ``use_srun=False``). See :func:`executor_parameters` for why.
 BATCH_SUPERVISOR_SETUP = [
     "# grpokit: this batch shell runs this same script again as its child and waits for it: Slurm's",
     "# warning (--signal=B:USR2) and scancel --batch --signal=USR2 reach this shell only, which passes",
@@ -31,15 +38,35 @@ BATCH_SUPERVISOR_SETUP = [
 ]
 
 
+def _setting(cluster: Mapping[str, Any], name: str, old: str, default: Any) -> Any:
+    """``cluster[name]``, or its earlier name ``old`` in a section written before the rename to
+    submitit's names (grpokit.config.schema.DEPRECATED), else ``default``."""
+    if cluster.get(name) is not None:
+        return cluster[name]
+    return cluster.get(old, default) if cluster.get(old) is not None else default
+
+
 def signal_option(lead_s: int) -> str:
     """``#SBATCH --signal`` value: USR2 ``lead_s`` seconds before the time limit, to the batch shell only."""
     return f"B:USR2@{int(lead_s)}"
 
 
-def executor_parameters(cluster: dict[str, Any], *, name: str, num_points: int) -> dict[str, Any]:
-    """submitit ``AutoExecutor.update_parameters`` keywords for one array of ``num_points`` tasks.
+def executor_parameters(cluster: Mapping[str, Any], *, name: str, num_points: int) -> dict[str, Any]:
+    """``submitit.SlurmExecutor.update_parameters`` keywords for one array of ``num_points`` tasks.
 
-    The warning signal (USR2, ``signal_lead_s`` before the time limit) and ``--requeue`` are what
+    Args:
+        cluster: a point's resolved ``cluster`` section (``kind: slurm``; configs/cluster/slurm.yaml).
+        name: the job name (the sweep's name).
+        num_points: tasks in the array (``array_parallelism`` is capped at it).
+
+    Returns:
+        submitit's own keywords (those of its ``_make_sbatch_string``): ``job_name``, ``time``
+        (minutes), ``nodes``, ``ntasks_per_node``, ``gpus_per_node``, ``cpus_per_task``,
+        ``partition``, ``array_parallelism``, ``signal_delay_s``, ``setup``, ``use_srun``,
+        ``additional_parameters``, ``stderr_to_stdout``, and ``mem`` (``"<n>GB"``), ``account``,
+        ``qos``, ``constraint`` when set.
+
+    The warning signal (USR2, ``signal_delay_s`` before the time limit) and ``--requeue`` are what
     let a point checkpoint and come back (docs/run-folder.md, status.json ``attempts``).
 
     Where the warning goes: submitit's default ``--signal=USR2@lead`` (no ``B:``) makes Slurm
@@ -55,70 +82,40 @@ def executor_parameters(cluster: dict[str, Any], *, name: str, num_points: int) 
     cancellation or a preemption). ``scancel --signal=USR2 <array>_<task>`` without ``--batch``
     signals the job steps only: the driver's relay step (:mod:`grpokit.runtime.signal_relay`)
     passes it on, and the Ray worker step ignores it (:mod:`grpokit.runtime.ray_worker`).
-    The kit's ``signal`` wins over one in ``additional_sbatch``: the driver only acts on USR2.
+    The kit's ``signal`` wins over one in ``additional_parameters``: the driver only acts on USR2.
     """
-    additional = {
-        "requeue": True,
-        **(cluster.get("additional_sbatch") or {}),
-        "signal": signal_option(int(cluster.get("signal_lead_s", 600))),
-    }
+    lead_s = int(_setting(cluster, "signal_delay_s", "signal_lead_s", 600))
     params: dict[str, Any] = {
-        "name": name,
+        "job_name": name,
+        "partition": cluster.get("partition"),
+        "time": int(_setting(cluster, "timeout_min", "time_min", 60)),
         "nodes": int(cluster.get("nodes", 1)),
-        "tasks_per_node": 1,
+        "ntasks_per_node": 1,
         "gpus_per_node": int(cluster.get("gpus_per_node", 1)),
         "cpus_per_task": int(cluster.get("cpus_per_task") or 1),
-        "timeout_min": int(cluster.get("time_min", 60)),
-        "slurm_partition": cluster.get("partition"),
-        "slurm_array_parallelism": min(int(cluster.get("array_parallelism", 16)), max(num_points, 1)),
-        "slurm_signal_delay_s": int(cluster.get("signal_lead_s", 600)),
-        "slurm_setup": [*BATCH_SUPERVISOR_SETUP, *(cluster.get("setup") or [])],
-        "slurm_use_srun": False,
-        "slurm_additional_parameters": additional,
+        "array_parallelism": min(int(cluster.get("array_parallelism", 16)), max(num_points, 1)),
+        "signal_delay_s": lead_s,
+        "setup": [*BATCH_SUPERVISOR_SETUP, *(cluster.get("setup") or [])],
+        "use_srun": False,
+        "additional_parameters": {
+            "requeue": True,
+            **(_setting(cluster, "additional_parameters", "additional_sbatch", None) or {}),
+            "signal": signal_option(lead_s),
+        },
         "stderr_to_stdout": True,
     }
     if cluster.get("mem_gb"):
-        params["mem_gb"] = int(cluster["mem_gb"])
+        params["mem"] = f"{int(cluster['mem_gb'])}GB"  # submitit's own spelling of mem_gb
     for key in ("account", "qos", "constraint"):
         if cluster.get(key):
-            params[f"slurm_{key}"] = cluster[key]
+            params[key] = cluster[key]
     return params
 
 
-def make_executor(folder: Path, cluster: dict[str, Any], *, name: str, num_points: int):
-    """A submitit Slurm executor writing its files under ``folder``."""
+def make_executor(folder: Path, cluster: Mapping[str, Any], *, name: str, num_points: int):
+    """A ``submitit.SlurmExecutor`` writing its files under ``folder``, with :func:`executor_parameters`."""
     import submitit
 
-    executor = submitit.AutoExecutor(folder=str(folder), cluster="slurm")
+    executor = submitit.SlurmExecutor(folder=str(folder))
     executor.update_parameters(**executor_parameters(cluster, name=name, num_points=num_points))
     return executor
-
-
-def sbatch_preview(cluster: dict[str, Any], *, name: str, num_points: int) -> str:
-    """The ``#SBATCH`` lines submitit would write (for ``dry_run``), without submitting."""
-    from submitit.slurm.slurm import _make_sbatch_string
-
-    p = executor_parameters(cluster, name=name, num_points=num_points)
-    kwargs = {
-        "job_name": p["name"],
-        "partition": p["slurm_partition"],
-        "time": p["timeout_min"],
-        "nodes": p["nodes"],
-        "ntasks_per_node": 1,
-        "cpus_per_task": p["cpus_per_task"],
-        "gpus_per_node": p["gpus_per_node"],
-        "signal_delay_s": p["slurm_signal_delay_s"],
-        "setup": p["slurm_setup"],
-        "array_parallelism": p["slurm_array_parallelism"],
-        "map_count": num_points,
-        "additional_parameters": p["slurm_additional_parameters"],
-        "stderr_to_stdout": True,
-        "use_srun": p["slurm_use_srun"],
-    }
-    if "mem_gb" in p:
-        kwargs["mem"] = f"{p['mem_gb']}GB"
-    for key in ("account", "qos", "constraint"):
-        if f"slurm_{key}" in p:
-            kwargs[key] = p[f"slurm_{key}"]
-    text = _make_sbatch_string(command="python -u -m submitit.core._submit <folder>", folder="<folder>", **kwargs)
-    return "\n".join(line for line in text.splitlines() if line.startswith("#SBATCH"))

@@ -1,4 +1,4 @@
-"""grpokit.results.slurm_state: parsing Slurm's client output and the squeue -> scontrol -> sacct order."""
+"""grpokit.slurm.states: parsing Slurm's client output and the squeue -> scontrol -> sacct order."""
 
 from __future__ import annotations
 
@@ -9,11 +9,10 @@ import time
 
 import pytest
 
-from grpokit.results import slurm_state
-from grpokit.results.slurm_state import (
+from grpokit.slurm import states as slurm_state
+from grpokit.slurm.states import (
     expand_array_ids,
     job_states,
-    parse_duration,
     parse_sacct,
     parse_scontrol,
     parse_squeue,
@@ -36,13 +35,6 @@ SCONTROL_OUT = (
     "ExitCode=0:0 RunTime=00:00:00\n"
 )
 SACCT_OUT = "12|PREEMPTED|100|0:15|node2|None\n12|TIMEOUT|3600|0:1|node3|None\n13_4|CANCELLED by 0|5|0:0|node1|None\n"
-
-
-def test_parse_duration():
-    assert parse_duration("0:05") == 5
-    assert parse_duration("01:02:03") == 3723
-    assert parse_duration("1-02:03:04") == 93784
-    assert parse_duration("INVALID") is None and parse_duration("") is None
 
 
 def test_expand_array_ids():

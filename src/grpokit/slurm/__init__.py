@@ -1,0 +1,15 @@
+"""Everything the kit knows about Slurm, one fact per module (the kit's lowest layer: it imports no
+other part of the kit, and config, validate, submit, runtime and results all import from it).
+
+- :mod:`~grpokit.slurm.times`: Slurm's time format (``--time``, ``MaxTime``, squeue's ``%L``/``%M``).
+- :mod:`~grpokit.slurm.executor`: a point's ``cluster`` settings as submitit's Slurm parameters.
+- :mod:`~grpokit.slurm.sbatch`: the batch script those parameters make (one renderer for the
+  submission, ``dry_run.md``, ``sbatch --test-only`` and the check of ``slurm/train.sbatch``).
+- :mod:`~grpokit.slurm.states`: job states from squeue / scontrol / sacct and the kit's words for them.
+- :mod:`~grpokit.slurm.task`: this task's own id and allocation (inside a job).
+- :mod:`~grpokit.slurm.time_left`: this task's time left before its limit.
+- :mod:`~grpokit.slurm.stop_view`: what slurmctld says about this task when a stop signal arrives.
+- :mod:`~grpokit.slurm.requeue`: ``scontrol requeue`` of this task.
+- :mod:`~grpokit.slurm.nodes`: the allocation's node names and addresses, steps on other nodes.
+- :mod:`~grpokit.slurm.gpus`: the GPUs this process may use.
+"""

@@ -1,0 +1,63 @@
+"""The allocation's nodes: their names, the address others reach them on, a step on each."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+
+def node_names() -> list[str]:
+    """The allocation's host names (``scontrol show hostnames $SLURM_JOB_NODELIST``), this (the
+    first, Ray's head) node first; ``[hostname]`` outside Slurm.
+
+    Raises:
+        subprocess.CalledProcessError: scontrol cannot expand the node list.
+    """
+    nodelist = os.environ.get("SLURM_JOB_NODELIST")
+    if not nodelist:
+        return [socket.gethostname()]
+    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
+    names = out.stdout.split()
+    me = os.environ.get("SLURMD_NODENAME")
+    return sorted(names, key=lambda n: n != me) if me in names else names
+
+
+def node_address(node: str) -> str:
+    """The IPv4 address other nodes reach ``node`` on: Slurm's ``NodeAddr`` (``scontrol show node``).
+
+    Falls back to resolving the name (outside Slurm, or when ``scontrol`` cannot say). Slurm's own
+    address is preferred because a host name may resolve to a loopback alias (Debian's 127.0.1.1)
+    that other nodes cannot reach.
+    """
+    try:
+        out = subprocess.run(["scontrol", "show", "node", node, "-o"], capture_output=True, text=True, timeout=30)
+        for field in out.stdout.split():
+            if field.startswith("NodeAddr="):
+                addr = field.split("=", 1)[1]
+                return socket.gethostbyname(addr)
+    except (OSError, subprocess.TimeoutExpired, socket.gaierror):
+        pass
+    return socket.gethostbyname(node)
+
+
+def srun_step(nodes: list[str], module: str, *args: str, extra: tuple[str, ...] = ()) -> list[str]:
+    """``srun`` command running ``python -m <module> <args>`` once on each of ``nodes`` of this job.
+
+    ``--overlap``: the step shares the allocation with the steps already running (the point's
+    own, Ray's); one task per node. ``extra`` holds further srun options (e.g. ``--gres``).
+    """
+    return [
+        "srun",
+        "--overlap",
+        f"--nodes={len(nodes)}",
+        f"--ntasks={len(nodes)}",
+        *(["--ntasks-per-node=1"] if len(nodes) > 1 else []),
+        f"--nodelist={','.join(nodes)}",
+        *extra,
+        sys.executable,
+        "-m",
+        module,
+        *args,
+    ]

@@ -1,0 +1,58 @@
+"""What slurmctld says about this task when a stop signal arrives (``scontrol show job -o``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import os
+import subprocess
+
+from grpokit.slurm.task import slurm_task_id
+
+
+@dataclasses.dataclass(frozen=True)
+class SlurmStopView:
+    """What slurmctld says about this task when a stop signal arrives (``scontrol show job -o``).
+
+    ``requeueing``: Slurm is requeueing it (preemption in REQUEUE mode, ``scontrol requeue``):
+    slurmctld counts the restart (``Restarts=``) before it sends SIGTERM, so a count above this
+    run's ``SLURM_RESTART_COUNT`` means the job comes back; an unchanged one on SIGTERM means it
+    ends for good (``scancel``, the time limit).
+    ``preempting``: Slurm is preempting it: ``PreemptTime`` is set, at or after this run's
+    ``StartTime`` (with ``preempt_send_user_signal`` the job's ``--signal`` comes then, a
+    ``GraceTime`` before SIGTERM, whatever time is left before the limit).
+    Either is None when scontrol cannot say.
+    """
+
+    requeueing: bool | None
+    preempting: bool | None
+
+
+def _slurm_time(value: str | None) -> dt.datetime | None:
+    try:
+        return dt.datetime.fromisoformat(value) if value and value[0].isdigit() else None
+    except ValueError:
+        return None
+
+
+def slurm_stop_view(timeout_s: float = 10) -> SlurmStopView:
+    """:class:`SlurmStopView` of this task (both None outside Slurm or when scontrol fails)."""
+    task = slurm_task_id()
+    if not task:
+        return SlurmStopView(None, None)
+    try:
+        cmd = ["scontrol", "show", "job", "-o", task]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired):
+        return SlurmStopView(None, None)
+    fields = dict(f.split("=", 1) for f in out.stdout.split() if "=" in f)
+    if out.returncode != 0:
+        return SlurmStopView(None, None)
+    restarts = fields.get("Restarts", "")
+    requeueing = int(restarts) > int(os.environ.get("SLURM_RESTART_COUNT") or 0) if restarts.isdigit() else None
+    started, preempt = _slurm_time(fields.get("StartTime")), _slurm_time(fields.get("PreemptTime"))
+    if "PreemptTime" not in fields:
+        preempting = None
+    else:
+        preempting = preempt is not None and (started is None or preempt >= started)
+    return SlurmStopView(requeueing, preempting)

@@ -19,6 +19,8 @@ COMMANDS: dict[str, str] = {
     "status": "status",
     "report": "report",
     "resubmit": "resubmit",
+    "logs": "logs",
+    "cancel": "cancel",
     "merge": "merge",
     "serve-eval": "serve_eval",
     "prepare-data": "prepare_data",

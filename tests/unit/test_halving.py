@@ -1,0 +1,101 @@
+"""Successive halving's plan checks and ranking (grpokit.submit.halving); the Slurm run is
+tests/integration/test_halving_slurm.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import orjson
+import pytest
+
+from grpokit.config.point import PointSpec
+from grpokit.submit import halving
+from grpokit.submit.halving import HalvingError, HalvingPlan, decide, plan_of, with_target
+
+
+def point(overrides: list[str], kind: str = "slurm") -> PointSpec:
+    return PointSpec(
+        sweep_name="s",
+        index=0,
+        name="000_n-2",
+        run_dir="/tmp/x",
+        checkpoint_dir="/tmp/x/ckpt",
+        kit_overrides=[],
+        swept={},
+        verl_overrides=overrides,
+        experiment={},
+        model={},
+        cluster={"kind": kind},
+        runtime={},
+        sidecars={},
+    )
+
+
+@pytest.fixture
+def specs():
+    return [point(["trainer.total_training_steps=6", "trainer.save_freq=2", "trainer.test_freq=2"])]
+
+
+SECTION = {"rungs": [2, 4], "keep": 0.5, "metric": "val_acc", "mode": "max"}
+
+
+def test_plan_and_first_rung(specs):
+    plan = plan_of(SECTION, specs, [], {})
+    assert plan == HalvingPlan((2, 4), 0.5, "val_acc", "max", 6)
+    assert [plan.target(k) for k in range(3)] == [2, 4, 6]
+    (first,) = halving.at_first_rung(specs, plan)
+    assert first.verl_value("trainer.total_training_steps") == "2"
+    assert first.verl_overrides.count("trainer.total_training_steps=2") == 1
+    assert plan_of({**SECTION, "rungs": None}, specs, [], {}) is None
+
+
+@pytest.mark.parametrize(
+    ("change", "swept", "opts", "message"),
+    [
+        ({"rungs": [4, 2]}, [], {}, "halving.rungs=[4, 2]: steps must be >= 1 and increasing"),
+        ({"rungs": ["a"]}, [], {}, "halving.rungs=['a']: must be a list of steps"),
+        ({"keep": 1.0}, [], {}, "halving.keep=1.0: must be a fraction in (0, 1)"),
+        ({"mode": "up"}, [], {}, "halving.mode='up'"),
+        ({}, ["halving.keep"], {}, "halving.keep is swept"),
+        ({}, [], {"resume": True}, "resume=true with halving.rungs: not supported"),
+        ({"rungs": [2, 6]}, [], {}, "verl.trainer.total_training_steps=6: halving needs a final target above"),
+    ],
+)
+def test_bad_plans_are_one_line(specs, change, swept, opts, message):
+    with pytest.raises(HalvingError) as err:
+        plan_of({**SECTION, **change}, specs, swept, opts)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_points_that_cannot_take_part_are_named(specs):
+    no_ckpt = with_target(point(["trainer.total_training_steps=6"]), 6)
+    with pytest.raises(HalvingError, match=r"^\[000_n-2\] verl\.trainer\.save_freq: the survivors resume"):
+        plan_of(SECTION, [no_ckpt], [], {})
+    local = point(specs[0].verl_overrides, kind="local")
+    with pytest.raises(HalvingError, match="controller as a Slurm job"):
+        plan_of(SECTION, [local], [], {})
+
+
+def test_ranking_keeps_the_best_fraction_missing_values_last_ties_in_sweep_order():
+    plan = HalvingPlan((2,), 0.5, "val_acc", "max", 4)
+    values = {"a": 0.4, "b": None, "c": 0.6, "d": 0.4, "e": math.nan}
+    ranked, kept = decide(values, list("abcde"), 5, plan)
+    assert [r.name for r in ranked] == ["c", "a", "d", "b", "e"] and kept == 2
+    ranked, kept = decide(values, list("abcde"), 5, dataclasses.replace(plan, mode="min"))
+    assert [r.name for r in ranked][:3] == ["a", "d", "c"]
+    assert decide({"a": 0.1}, ["a"], 8, plan)[1] == 1  # never more than were ranked, never none
+
+
+def test_metric_at_reads_the_last_value_at_or_before_the_rung(tmp_path):
+    attempt = tmp_path / "attempts" / "1"
+    attempt.mkdir(parents=True)
+    rows = [
+        {"step": 1, "data": {"critic/score/mean": 0.1}},
+        {"step": 2, "data": {"critic/score/mean": 0.2, "val-core/openai/gsm8k/acc/mean@1": 0.5}},
+        {"step": 3, "data": {"critic/score/mean": 0.3}},
+    ]
+    (attempt / "metrics.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    assert halving.metric_at(tmp_path, "val_acc", 3) == ("val-core/openai/gsm8k/acc/mean@1", 0.5)
+    assert halving.metric_at(tmp_path, "critic/score/mean", 2) == ("critic/score/mean", 0.2)
+    assert halving.metric_at(tmp_path, "actor/entropy", 3) == ("actor/entropy", None)

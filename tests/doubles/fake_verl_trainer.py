@@ -28,7 +28,9 @@ Knobs (environment): ``FAKE_TRAINER_STEP_S`` (seconds per step, default 0.5),
 the tracker), ``FAKE_TRAINER_FAIL_AT`` (step at which to exit 3), ``FAKE_TRAINER_HANG_AFTER`` (step
 after which to hang: alive, no new step, in ``hang_forever``), ``FAKE_TRAINER_RAY_REPORT`` (file
 to write the Ray cluster's nodes and resources to, as seen through ``RAY_ADDRESS``),
-``FAKE_TRAINER_PROFILE`` = ``fail-once`` (exit 3 at step 3 of the point's first run) or ``slow-once``
+``FAKE_TRAINER_NAN_GRAD_AT`` (step whose ``actor/grad_norm`` is NaN, written as verl's file logger
+writes it: ``null``), ``FAKE_TRAINER_PROFILE`` = ``fail-once`` (exit 3 at step 3 of the point's
+first run) or ``slow-once``
 (6 s a step in the point's first run), for tests of resubmission, ``FAKE_TRAINER_NODE_WORKERS=1``
 (one Ray actor per node of the job's Ray cluster, as verl's FSDP workers: each takes part in every
 step and writes its node's rank shards at a save, so a node whose Ray died fails the step or the
@@ -45,6 +47,8 @@ import os
 import sys
 import time
 from pathlib import Path
+
+import orjson
 
 
 def parse(argv: list[str]) -> dict[str, str]:
@@ -172,6 +176,8 @@ def metrics(step: int, cfg: dict[str, str], step_s: float, test: bool) -> dict[s
         "response_length/clip_ratio": round(max(0.0, 0.2 - 0.004 * step), 4),
         "actor/kl_loss": round(0.0004 * step, 6),
         "actor/pg_loss": round(-0.01 * math.sin(step), 6),
+        "actor/grad_norm": round(0.5 + 0.01 * step, 4),
+        "actor/entropy": round(max(0.05, 1.2 - 0.01 * step), 4),
         "timing_s/gen": round(step_s * 0.2, 4),
         "timing_s/old_log_prob": round(step_s * 0.05, 4),
         "timing_s/ref": round(step_s * 0.05, 4),
@@ -236,6 +242,7 @@ def main() -> int:
     crash = int(os.environ["FAKE_TRAINER_CRASH_IN_SAVE"]) if os.environ.get("FAKE_TRAINER_CRASH_IN_SAVE") else None
     fail_at = int(os.environ["FAKE_TRAINER_FAIL_AT"]) if os.environ.get("FAKE_TRAINER_FAIL_AT") else None
     hang_after = int(os.environ["FAKE_TRAINER_HANG_AFTER"]) if os.environ.get("FAKE_TRAINER_HANG_AFTER") else None
+    nan_grad_at = int(os.environ["FAKE_TRAINER_NAN_GRAD_AT"]) if os.environ.get("FAKE_TRAINER_NAN_GRAD_AT") else None
     profile = os.environ.get("FAKE_TRAINER_PROFILE", "")
     if profile and os.environ.get("GRPOKIT_RUN_DIR"):
         marker = Path(os.environ["GRPOKIT_RUN_DIR"]) / ".fake_trainer_first_run_done"
@@ -329,7 +336,10 @@ def main() -> int:
                 saved.add(step)
             data = metrics(step, cfg, step_s, test_freq > 0 and (step % test_freq == 0 or last))
             data.update(extra)
-            fp.write((json.dumps({"step": step, "data": data}) + "\n").encode())
+            if nan_grad_at == step:
+                data["actor/grad_norm"] = float("nan")
+            # verl's FileLogger: orjson, which writes NaN and inf as null
+            fp.write(orjson.dumps({"step": step, "data": data}, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
             if tracking is not None:
                 tracking.log(data=data, step=step)
             if writer is not None:

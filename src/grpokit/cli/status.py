@@ -5,7 +5,10 @@ Reads only the sweep folder (docs/run-folder.md) and Slurm's client commands. Th
 recorded for itself (status.json) wins over Slurm's final word (a job that skipped training exits 0
 and is shown skipped_no_gpu, not completed); the reason is the first line of status.json's reason.
 --json prints a JSON list, one object per point: index, name, swept, job_id, state, reason,
-attempts, step, target_step, last_reward, val_acc, elapsed_s (null when unknown).
+attempts, step, target_step, last_reward, val_acc, elapsed_s, eta_s (null when unknown).
+Each row has a progress bar (steps done / target) and, for a running point, its ETA: the steps left
+times the median of verl's measured ``timing_s/step`` over its last 5 steps. --watch redraws the
+table in place every SECONDS.
 """
 
 from __future__ import annotations

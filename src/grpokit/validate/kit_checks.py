@@ -7,6 +7,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from grpokit.config.point import PointSpec
+from grpokit.runtime.pruning import PruningRules
 from grpokit.validate.problems import Problem
 
 #: W&B's own modes, the values of ``runtime.wandb_mode`` (read in the job by grpokit.runtime.trackers).
@@ -135,6 +136,11 @@ def check_runtime(spec: PointSpec) -> list[Problem]:
                     "turns the no-progress watchdog off",
                 )
             )
+    try:  # the job's pruning watcher reads these (grpokit.runtime.pruning)
+        PruningRules.from_runtime(runtime)
+    except ValueError as exc:
+        key, _, what = str(exc).partition(" ")
+        problems.append(Problem(spec.name, key.rstrip(":"), what, "see runtime.pruning in configs/config.yaml"))
     fraction = runtime.get("ray_object_store_fraction")
     if fraction is not None and not (isinstance(fraction, int | float) and 0 < fraction <= 1):
         problems.append(

@@ -31,7 +31,8 @@ to write the Ray cluster's nodes and resources to, as seen through ``RAY_ADDRESS
 ``FAKE_TRAINER_NAN_GRAD_AT`` (step whose ``actor/grad_norm`` is NaN, written as verl's file logger
 writes it: ``null``), ``FAKE_TRAINER_PROFILE`` = ``fail-once`` (exit 3 at step 3 of the point's
 first run) or ``slow-once``
-(6 s a step in the point's first run), for tests of resubmission, ``FAKE_TRAINER_NODE_WORKERS=1``
+(6 s a step in the point's first run), for tests of resubmission, or ``crash-always`` (a
+``RuntimeError`` traceback at step 2 of every run), ``FAKE_TRAINER_NODE_WORKERS=1``
 (one Ray actor per node of the job's Ray cluster, as verl's FSDP workers: each takes part in every
 step and writes its node's rank shards at a save, so a node whose Ray died fails the step or the
 save as under verl; what each did goes to ``node_workers.jsonl`` beside ``$VERL_FILE_LOGGER_PATH``).
@@ -252,6 +253,8 @@ def main() -> int:
                 fail_at = 3
             elif profile == "slow-once":
                 step_s = 6.0
+    # a crash that follows the point on every node, as a bug would (a CUDA error, raised at step 2)
+    crash_at = 2 if profile == "crash-always" else None
     data_steps = train_steps_in_data(cfg)
     total = int(num(cfg, "trainer.total_training_steps", data_steps if data_steps is not None else 4))
     print(f"Total training steps: {total}", flush=True)
@@ -324,6 +327,8 @@ def main() -> int:
                 )
                 print(f"checkpointed step {last_done} on request; stopping", file=sys.stderr, flush=True)
                 return 1
+            if crash_at == step:
+                raise RuntimeError("CUDA error: an illegal memory access was encountered (FAKE_TRAINER_PROFILE)")
             if fail_at == step:
                 print(f"failing at step {step} (FAKE_TRAINER_FAIL_AT)", file=sys.stderr, flush=True)
                 return 3

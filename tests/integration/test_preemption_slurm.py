@@ -170,6 +170,7 @@ def test_resubmit_takes_exactly_the_failed_and_the_timed_out_point(kit, slurm, k
             "sweep_name=resub",
             "cluster.time_min=3",
             "runtime.max_timeout_requeues=0",
+            "runtime.max_retries=0",  # the crashed point must end failed for resubmit.py to take it
             "verl.trainer.total_training_steps=25",
             "verl.trainer.save_freq=1",
             "+runtime.env.FAKE_TRAINER_PROFILE=fail-once,slow-once,ok",

@@ -44,6 +44,7 @@ def test_same_sweep_twice_is_refused_and_an_explicit_resume_reruns_only_the_unfi
     name = "again_h2"
     sweep = tmp_path / "logs" / name
     args = ["-m", *kit_overrides, *kit.slurm_cluster, f"sweep_name={name}", f"{LR}=2e-6", PROFILE_AXIS]
+    args.append("runtime.max_retries=0")  # 001 must end failed for the resume to take it (no automatic retry)
 
     # 1. the sweep, waited for: 001 fails (exit 3 at step 3), so wait=true says so and exits 1
     out = kit.run("sweep.py", [*args, "wait=true"], timeout=600)

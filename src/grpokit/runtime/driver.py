@@ -53,6 +53,8 @@ from grpokit.runtime import (
     ray_cluster,
     ray_resources,
     resubmission,
+    retry,
+    retry_job,
     shared_fs,
     stop_decision,
     trackers,
@@ -99,6 +101,7 @@ class Driver:
         self._handlers: dict[int, Any] = {}  # the stop signals' handlers before open()
         self._attempt_open = False
         self._outcome: Outcome | None = None
+        self._retry: retry.Decision | None = None  # a crash retried (runtime.max_retries)
 
     # -- the lifecycle -----------------------------------------------------------------------------
     def run(self) -> int:
@@ -248,6 +251,7 @@ class Driver:
         log.info("point %s: %s (%s) %s", self.spec.name, outcome.state, outcome.ended_by, first)
         if outcome.requeue:
             self.host.requeue_self()
+            retry_job.exclude_and_delay(self._retry, self.host.task_id())  # a crash: other nodes, later
         elif outcome.state == "requeued":
             # Outside Slurm nothing requeues the point: the same command (or resubmit) resumes it.
             log.info("checkpointed and stopped; run the same command again to resume")
@@ -521,7 +525,9 @@ class Driver:
                     in_slurm=self.host.in_slurm(),
                 )
                 log.info("stop decision: %s (%s)", stop.state, stop.why)
-            return decide(happened, signal_name=self.stop.name if self.stop else None, stop=stop)
+            outcome = decide(happened, signal_name=self.stop.name if self.stop else None, stop=stop)
+            outcome, self._retry = retry_job.on_outcome(self.spec, self.status, outcome, self.attempt_dir, self.host)
+            return outcome
         except Exception as exc:
             log.exception("could not decide the outcome")
             return Outcome("failed", "failed", f"driver error while deciding the outcome: {type(exc).__name__}: {exc}")

@@ -1,0 +1,103 @@
+"""The job's side of a crash retry: what the driver records and asks Slurm (:mod:`grpokit.runtime.retry` decides).
+
+The driver hands each attempt's outcome to :func:`on_outcome`; after a crash the attempt in
+``status.json`` gets ``crash`` (its kind), ``nodes`` (where it ran),
+``reason`` (its first line) and ``retry`` (the decision). A retried point is requeued like a
+time-out (``scontrol requeue <array>_<task>``, same id and run folder); once Slurm holds it again
+(the requeue leaves it ``COMPLETING``, when a pending job's fields may change) the driver sets
+``ExcNodeList=<crashed nodes>`` and ``StartTime=now+<backoff>`` with ``scontrol update``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import subprocess
+from pathlib import Path
+
+from grpokit.config.point import PointSpec
+from grpokit.runtime.first_error import first_error_in_file
+from grpokit.runtime.outcome import Outcome
+from grpokit.runtime.retry import CRASH, Decision, crash_kind, decide
+
+log = logging.getLogger(__name__)
+
+#: ``runtime.max_retries`` and ``runtime.retry_backoff_s`` when a point's runtime section lacks them.
+DEFAULT_MAX_RETRIES, DEFAULT_BACKOFF_S = 1, 60.0
+
+
+def _partition_nodes() -> int | None:
+    """Nodes of this job's partition (``sinfo -h -p $SLURM_JOB_PARTITION -o %D``); None when unknown."""
+    partition = os.environ.get("SLURM_JOB_PARTITION")
+    if not partition:
+        return None
+    try:
+        out = subprocess.run(["sinfo", "-h", "-p", partition, "-o", "%D"], capture_output=True, text=True, timeout=30)
+        counts = [int(x) for x in out.stdout.split() if x.isdigit()]
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return sum(counts) if out.returncode == 0 and counts else None
+
+
+def on_outcome(
+    spec: PointSpec, status, outcome: Outcome, attempt_dir: Path | None, host
+) -> tuple[Outcome, Decision | None]:
+    """The attempt's outcome, turned into a retry (``requeued``, ``requeue``) when it is a crash
+    that :func:`~grpokit.runtime.retry.decide` retries; ``(outcome, None)`` when it is no crash.
+
+    A crash is recorded in the open attempt of ``status`` (``crash``, ``nodes``, ``reason``,
+    ``retry``) and its reason is preceded by the decision's line. ``host``: the driver's view of
+    the machine (``in_slurm()``, ``node_names()``).
+    """
+    if outcome.state != CRASH or outcome.ended_by != CRASH or not outcome.trainer_exit or attempt_dir is None:
+        return outcome, None
+    kind = crash_kind(first_error_in_file(Path(attempt_dir) / "trainer.log"), outcome.trainer_exit)
+    in_slurm = bool(host.in_slurm())
+    try:
+        nodes = list(host.node_names()) if in_slurm else []
+    except (OSError, subprocess.CalledProcessError):
+        nodes = [os.environ.get("SLURMD_NODENAME", "?")]
+    since = status.data.get("resubmission")
+    earlier = [a for a in status.data["attempts"][:-1] if a.get("resubmission") == since]
+    runtime = spec.runtime
+    decision = decide(
+        kind=kind,
+        nodes=nodes,
+        earlier=earlier,
+        max_retries=int(runtime.get("max_retries", DEFAULT_MAX_RETRIES) or 0),
+        backoff_s=float(runtime.get("retry_backoff_s", DEFAULT_BACKOFF_S) or 0),
+        in_slurm=in_slurm,
+        partition_nodes=_partition_nodes() if in_slurm else None,
+    )
+    first_line = outcome.reason.splitlines()[0] if outcome.reason else ""
+    status.update_attempt(crash=kind, nodes=nodes, reason=first_line, retry=decision.why)
+    log.info("crash (%s) on %s: %s", kind, ", ".join(nodes) or "this machine", decision.why)
+    reason = f"{decision.why}; {outcome.reason}"
+    if decision.retry:
+        return dataclasses.replace(outcome, state="requeued", reason=reason, requeue=True), decision
+    return dataclasses.replace(outcome, reason=reason), decision
+
+
+def exclude_and_delay(decision: Decision | None, task_id: str | None) -> None:
+    """After ``scontrol requeue`` of this task: ``scontrol update JobId=<task> ExcNodeList=...
+    StartTime=now+<backoff>`` (a no-op without a retry decision). A refusal is logged; the retry
+    then runs at once, anywhere."""
+    if decision is None or not decision.retry:
+        return
+    fields = [f"StartTime=now+{max(int(decision.backoff_s), 0)}"]
+    if decision.exclude:
+        fields.append(f"ExcNodeList={','.join(decision.exclude)}")
+    if not task_id:
+        return
+    job = task_id
+    cmd = ["scontrol", "update", f"JobId={job}", *fields]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.error("%s failed: %s", " ".join(cmd), exc)
+        return
+    if out.returncode != 0:
+        log.error("%s failed: %s", " ".join(cmd), (out.stderr or out.stdout).strip())
+    else:
+        log.info("retry of %s: %s", job, " ".join(fields))

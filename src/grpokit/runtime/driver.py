@@ -257,8 +257,8 @@ class Driver:
             log.info("checkpointed and stopped; run the same command again to resume")
         self._log.remove()
         for sig, handler in self._handlers.items():
-            if not (in_slurm and sig in (signal.SIGUSR2, signal.SIGTERM)):
-                signal.signal(sig, handler)
+            if handler is not None and not (in_slurm and sig in (signal.SIGUSR2, signal.SIGTERM)):
+                signal.signal(sig, handler)  # None: a handler not set from Python, left as it is
         return outcome
 
     # -- stop signals ------------------------------------------------------------------------------

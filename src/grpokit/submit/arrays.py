@@ -26,6 +26,7 @@ from grpokit.run_folder import write_json_atomic
 from grpokit.run_folder.manifest import MANIFEST, slurm_ids
 from grpokit.slurm import sbatch
 from grpokit.slurm.executor import make_executor
+from grpokit.submit import snapshot
 from grpokit.submit.task import RunPointTask
 from grpokit.validate.slurm_request import SlurmQueryError, array_chunks, run_slurm
 
@@ -138,6 +139,7 @@ def submit_arrays(folder: Path, specs: list[PointSpec], *, name: str, max_size: 
         try:
             with contextlib.redirect_stderr(captured):  # submitit prints sbatch's stderr itself
                 executor = make_executor(folder, cluster, name=name, num_points=len(members))
+                snapshot.use(executor, folder.parent)  # the sweep's frozen code, when it has one
                 jobs = executor.map_array(RunPointTask(), [specs[i].to_json() for i in members])
         except Exception as exc:  # submitit raises FailedJobError, OSError (no sbatch), ...
             said = slurm_said(exc, captured.getvalue())

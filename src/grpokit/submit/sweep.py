@@ -30,6 +30,7 @@ from grpokit.run_folder.claim import claim as claim_folder
 from grpokit.run_folder.manifest import MANIFEST, read_manifest, replace_job_ids, write_manifest
 from grpokit.runtime import resubmission
 from grpokit.submit import resume as resume_mod
+from grpokit.submit import snapshot
 from grpokit.submit.task import RunPointTask
 from grpokit.submit.wait import attempt_counts, wait_for
 from grpokit.validate import Problem, SweepValidationError, validate_points
@@ -256,6 +257,8 @@ def launch_sweep(
             specs = rebuild(claim.name)
         if claim.resumed:
             return resume_sweep(claim, specs, cluster, wait=opts["wait"])
+        if cluster.get("kind") == "slurm" and not first.get("use_live_code", False):
+            snapshot.take(claim.path)  # the code every attempt of every point runs (grpokit.submit.snapshot)
         return submit_new(claim, specs, cluster, meta, wait=opts["wait"])
 
 
@@ -318,6 +321,7 @@ def submit_new(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], me
         # a refused submission leaves nothing queued and, when nothing was, no folder (submit_slurm)
         job_ids = submit_slurm(sweep_dir, specs, cluster)
         write_manifest(sweep_dir, specs, job_ids, **meta)
+        snapshot.record(sweep_dir)  # the commit the jobs run (null: use_live_code)
         claim.record("new", names, job_ids)
         claim.release()
         print(f"submitted {len(specs)} point(s) as {arrays_phrase(job_ids)}; sweep folder {sweep_dir}")

@@ -3,9 +3,10 @@ ratio, the floor from the model's parameter count and the measured tokens, and t
 
     python bench/bench_table.py WORK_DIR --profiles h200 consumer_24gb
 
-Reads WORK_DIR/logs/bench_<profile>/<point>/attempts/1/metrics.jsonl (verl's ``timing_s/*``,
+Reads WORK_DIR/logs/bench_<profile>/<point>/attempts/*/metrics.jsonl (verl's ``timing_s/*``,
 ``perf/*``, ``response_length/*`` and ``prompt_length/*``), status.json, and the bench's
-start_<profile>.txt / first_step_<profile>.txt (epoch seconds: job start, first metrics line).
+start_<profile>.txt / first_step_<profile>.txt (epoch seconds: job start, first metrics line), and
+gpu_mem.csv (epoch s, GPU index, MiB in use by all processes, every 2 s).
 Floor of one step (issue 15): N language-model parameters, T tokens of the step; update 6NT and
 two log-prob passes of 2NT each at PEAK_FLOPS; decode of the longest response, each token reading
 the 2N bytes of bf16 weights at PEAK_BYTES.
@@ -24,11 +25,11 @@ PARTS = ("gen", "old_log_prob", "ref", "update_actor", "update_weights", "adv", 
 
 
 def _steps(point: Path) -> list[dict]:
-    path = point / "attempts" / "1" / "metrics.jsonl"
-    if not path.is_file():
-        return []
+    lines = []
+    for path in sorted((point / "attempts").glob("*/metrics.jsonl"), key=lambda p: int(p.parent.name)):
+        lines += path.read_text().splitlines()
     rows = []
-    for line in path.read_text().splitlines():
+    for line in lines:
         try:
             row = json.loads(line)
         except ValueError:
@@ -97,6 +98,11 @@ def main() -> None:
             print(f"start-up, job start -> step 1 start (first generation request, +-2 s): {startup:.0f} s")
         for attempt in status.get("attempts", []):
             print(f"driver timings: {attempt.get('timings')}, attempt wall {attempt.get('elapsed_s')} s")
+    gpu_mem = args.work / "gpu_mem.csv"
+    if gpu_mem.is_file():
+        used = [int(f[2]) for f in (ln.split(",") for ln in gpu_mem.read_text().splitlines()) if len(f) == 3]
+        if used:
+            print(f"GPU memory in use, all processes, peak of 2-s samples: {max(used) / 1024:.1f} GiB")
     later = {
         p: [_get(r, "timing_s/step") for r in s["rows"][1:] if _get(r, "timing_s/step")] for p, s in summary.items()
     }

@@ -73,7 +73,8 @@ def test_h200_profile_undoes_the_consumer_memory_savings(base):
     cfg, _ = validate_point(point([*base, "hardware=h200"]))
     actor = cfg.actor_rollout_ref.actor
     assert not actor.fsdp_config.param_offload and not actor.fsdp_config.optimizer_offload
-    assert actor.use_dynamic_bsz and actor.ppo_max_token_len_per_gpu >= 8 * 1536
+    # at least 2 whole sequences per micro batch (the measured memory bound, docs/performance.md)
+    assert actor.use_dynamic_bsz and actor.ppo_max_token_len_per_gpu >= 2 * 1536
     assert cfg.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"
 
 

@@ -102,7 +102,7 @@ def run_kit(args, work: Path, model: Path, data: Path) -> dict:
         f"cluster.gpus_per_node={args.gpus_per_node}",
         f"cluster.cpus_per_task={args.cpus}",
         "cluster.mem_gb=1",
-        "cluster.time_min=15",
+        "cluster.timeout_min=15",
         f"cluster.partition={args.partition}",
         "sweep_name=bench_kit",
     ]

@@ -1,12 +1,22 @@
-"""Time to validate and submit a 27-point sweep: the kit vs a bare hydra-submitit-launcher app.
+"""Time to validate and submit sweeps: the kit vs a bare hydra-submitit-launcher app, and 1000 points.
 
     python bench/bench_submit.py        # needs the local Slurm cluster (bash slurm/local_cluster.sh up)
 
-Both sweep batch x n x response (3 x 3 x 3 points) and go to the same Slurm cluster. The kit composes
-each point with verl's schema, runs verl's validate_config and its own checks, writes the manifest
-and returns once the array is queued. The bare app submits the same 27 points without any check;
-Hydra's submitit launcher then blocks until the jobs end (hydra#2479), so its time is taken when
-its array appears in squeue. Both arrays are cancelled right away. Prints both times and the ratio.
+In one run, so that both see the same machine load:
+
+1. 27 points (batch x n x response, 3 x 3 x 3) through a bare Hydra app with hydra-submitit-launcher,
+   no check: Hydra's submitit launcher blocks until the jobs end (hydra#2479), so its time is taken
+   when its 27 tasks appear in squeue.
+2. The same 27 points through the kit (``launch/sweep.py -m``): every point composed with verl's
+   schema, verl's validate_config and the kit's checks, manifest, one array; it returns once queued.
+3. 1000 points (10 x 10 x 10) through the kit, validated and submitted to the same cluster as
+   arrays of at most MaxArraySize tasks. They are submitted held (``sbatch --hold``, through
+   ``cluster.additional_parameters``): a real submission that never takes a node of the shared
+   cluster from anyone; the bench cancels them (its own arrays only, by job name) right after.
+
+Every job is cancelled right away (by the bench's job names only). Prints each time, the 27-point
+ratio kit / bare (target <= 2x), and the 1000-point time with its marginal cost per point
+((t1000 - t27) / 973; targets < 60 s and <= 50 ms).
 """
 
 from __future__ import annotations
@@ -25,6 +35,11 @@ AXES = [
     "verl.actor_rollout_ref.rollout.n=2,4,8",
     "verl.data.max_response_length=256,512,1024",
 ]
+AXES_1000 = [
+    "verl.data.train_batch_size=" + ",".join(str(8 * i) for i in range(1, 11)),
+    "verl.actor_rollout_ref.rollout.n=" + ",".join(str(i) for i in range(1, 11)),
+    "verl.data.max_response_length=" + ",".join(str(64 * i) for i in range(1, 11)),
+]
 
 
 def squeue_count(name: str) -> int:
@@ -32,29 +47,30 @@ def squeue_count(name: str) -> int:
     return len(out.stdout.split())
 
 
-def kit_submit(tmp: Path, model: Path, data: Path) -> float:
+def kit_submit(tmp: Path, model: Path, data: Path, axes: list[str], name: str, extra: list[str]) -> float:
     args = [
         "-m",
-        "cluster=slurm",
+        "cluster=slurm_local",
         "model=tiny",
         f"model.path={model}",
         f"experiment.data_dir={data}",
         f"logs_root={tmp / 'logs'}",
-        "sweep_name=bench_kit",
+        f"sweep_name={name}",
         "cluster.cpus_per_task=1",
         "cluster.mem_gb=1",
-        "cluster.time_min=15",
-        "cluster.signal_lead_s=60",
+        "cluster.timeout_min=15",
+        "cluster.signal_delay_s=60",
         "cluster.array_parallelism=1",
         "runtime.needs_gpu=false",
-        *AXES,
+        *extra,
+        *axes,
     ]
     start = time.perf_counter()
     out = subprocess.run([sys.executable, str(REPO / "launch" / "sweep.py"), *args], capture_output=True, text=True)
     elapsed = time.perf_counter() - start
-    subprocess.run(["scancel", "-n", "bench_kit"])
+    subprocess.run(["scancel", "-n", name])
     if out.returncode != 0:
-        raise SystemExit(f"kit sweep failed:\n{out.stderr[-3000:]}")
+        raise SystemExit(f"kit sweep {name} failed:\n{out.stderr[-3000:]}")
     return elapsed
 
 
@@ -95,11 +111,17 @@ def main() -> None:
         data = tmp / "gsm8k"
         build(os.environ.get("GRPOKIT_GSM8K_SOURCE", str(REPO.parent / "shared" / "data" / "gsm8k")), data)
         bare = bare_submit(tmp)
-        kit = kit_submit(tmp, model, data)
-    print(f"{'':34s}{'seconds':>10s}")
-    print(f"{'bare hydra-submitit (no checks)':34s}{bare:10.1f}")
-    print(f"{'grpokit (validate + submit)':34s}{kit:10.1f}")
-    print(f"ratio kit / bare: {kit / bare:.2f}x for 27 points ({(kit - bare) / 27:.2f} s of checks per point)")
+        kit = kit_submit(tmp, model, data, AXES, "bench_kit", [])
+        # held: queued for real, never started on the shared cluster (see the module docstring)
+        kit1000 = kit_submit(tmp, model, data, AXES_1000, "bench_kit1000", ["+cluster.additional_parameters.hold=true"])
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"{'':40s}{'seconds':>10s}")
+    print(f"{'27 points, bare hydra-submitit (no checks)':40s}{bare:10.1f}")
+    print(f"{'27 points, grpokit (validate + submit)':40s}{kit:10.1f}")
+    print(f"{'1000 points, grpokit (validate + submit)':40s}{kit1000:10.1f}")
+    print(f"ratio kit / bare, 27 points: {kit / bare:.2f}x (target <= 2x)")
+    marginal = (kit1000 - kit) / (1000 - 27)
+    print(f"1000 points: {kit1000:.1f} s (< 60 s), {1000 * marginal:.0f} ms per point beyond 27 (target <= 50)")
 
 
 if __name__ == "__main__":

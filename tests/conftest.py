@@ -77,8 +77,8 @@ SLURM_TEST_CLUSTER = [
     "cluster=slurm_local",
     "cluster.cpus_per_task=1",
     "cluster.mem_gb=1",
-    "cluster.time_min=15",
-    "cluster.signal_lead_s=60",
+    "cluster.timeout_min=15",
+    "cluster.signal_delay_s=60",
     "cluster.array_parallelism=4",
 ]
 

@@ -192,8 +192,8 @@ def test_time_limit_warnings_are_counted_per_task_and_final_points_never_restart
             *kit.slurm_cluster,
             # the shortest limit that leaves a loaded 2-core test machine time to train after
             # Ray's start (40-80 s here); Slurm sends the warning up to 30 s before the lead
-            "cluster.time_min=3",
-            "cluster.signal_lead_s=60",
+            "cluster.timeout_min=3",
+            "cluster.signal_delay_s=60",
             f"runtime.max_timeout_requeues={budget}",
             "verl.trainer.save_freq=5",
             "verl.trainer.test_freq=-1",

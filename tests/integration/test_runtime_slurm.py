@@ -119,7 +119,7 @@ def test_four_jobs_on_one_node_at_once_get_disjoint_ports(kit, slurm, kit_overri
         [
             *kit_overrides,
             *QUICK,
-            "+cluster.additional_sbatch.nodelist=node2",
+            "+cluster.additional_parameters.nodelist=node2",
             answer_double(kit),
             "verl.data.train_batch_size=8,16,24,32",
         ],

@@ -75,9 +75,11 @@ def test_a_request_slurm_cannot_satisfy_is_refused_before_submission(
 
 
 def test_a_time_limit_above_the_partitions_maxtime_is_refused(kit, slurm, kit_overrides, tmp_path, maxtime_partition):
-    args = [*kit_overrides, *kit.slurm_cluster, f"cluster.partition={maxtime_partition}", "cluster.time_min=60"]
+    args = [*kit_overrides, *kit.slurm_cluster, f"cluster.partition={maxtime_partition}", "cluster.timeout_min=60"]
     lines = refused(kit, [*args, *two_points()], tmp_path / "logs", "maxtime")
-    assert len(lines) == 1 and "cluster.time_min: 60 min is above" in lines[0] and "cluster.time_min<=30" in lines[0]
+    assert (
+        len(lines) == 1 and "cluster.timeout_min: 60 min is above" in lines[0] and "cluster.timeout_min<=30" in lines[0]
+    )
 
 
 def test_a_dry_run_reports_the_same_refusal(kit, slurm, kit_overrides, tmp_path):
@@ -95,6 +97,8 @@ def test_a_dry_run_reports_the_same_refusal(kit, slurm, kit_overrides, tmp_path)
         # the tiny model has 32768 positions (config.json max_position_embeddings)
         ("verl.data.max_response_length=100000", "verl.data.max_response_length", "max_response_length<=32256"),
         ("verl.trainer.n_gpus_per_node=8", "verl.trainer.n_gpus_per_node", "cluster.gpus_per_node=8"),
+        ("cluster.nodes=two", "cluster.nodes", "'two' is not an integer"),
+        ("hydra.launcher.max_num_timeout=3", "hydra.launcher.max_num_timeout", "runtime.max_timeout_requeues"),
     ],
 )
 def test_a_bad_key_or_value_is_refused_on_the_key_typed(kit, slurm, kit_overrides, tmp_path, bad, key, said):
@@ -102,11 +106,33 @@ def test_a_bad_key_or_value_is_refused_on_the_key_typed(kit, slurm, kit_override
     assert len(lines) == 1 and f"] {key}: " in lines[0] and said in lines[0], lines
 
 
+def test_submitit_names_and_the_earlier_names_reach_the_slurm_request(kit, slurm, kit_overrides, tmp_path):
+    """What a hydra-submitit-launcher user types (``hydra.launcher.partition``) and the kit's earlier
+    names (``cluster.time_min``, ``cluster.signal_lead_s``) make the request the new names make,
+    checked by the real cluster (sbatch --test-only) in a dry run; each is said once as a note."""
+    old = ["hydra.launcher.partition=urgent", "cluster.time_min=20", "cluster.signal_lead_s=90"]
+    out = kit.run("sweep.py", ["-m", *kit_overrides, *kit.slurm_cluster, *old, "dry_run=true", "sweep_name=names"])
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    notes = [line for line in out.stderr.splitlines() if line.startswith("note: ")]
+    assert len(notes) == 3 and "cluster.partition" in notes[0] and "use cluster.timeout_min" in notes[1], notes
+    dry = (tmp_path / "logs" / "names" / "dry_run.md").read_text()
+    assert "#SBATCH --partition=urgent" in dry and "#SBATCH --time=20" in dry and "#SBATCH --signal=B:USR2@90" in dry
+    (point,) = kit.manifest(tmp_path / "logs" / "names")["points"]  # the overrides recorded: the new names
+    assert {"cluster.partition=urgent", "cluster.timeout_min=20", "cluster.signal_delay_s=90"} <= set(
+        point["overrides"]
+    )
+
+
 def test_a_sweep_larger_than_max_array_size_goes_out_as_several_arrays(kit, slurm, kit_overrides, tmp_path):
     # --hold (a setting a user would not pass) keeps the 66 tasks queued without running: the test is
     # about how Slurm receives them, and 66 trainer runs would not fit a 2-core machine.
     name = f"big{uuid.uuid4().hex[:6]}"
-    args = [*kit_overrides, *kit.slurm_cluster, "cluster.additional_sbatch={hold:true}", "verl.data.seed=range(0,66)"]
+    args = [
+        *kit_overrides,
+        *kit.slurm_cluster,
+        "cluster.additional_parameters={hold:true}",
+        "verl.data.seed=range(0,66)",
+    ]
     try:
         out = kit.run("sweep.py", ["-m", *args, f"sweep_name={name}"], timeout=590)
         assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
@@ -140,11 +166,11 @@ def test_a_submission_slurm_refuses_is_one_line_and_leaves_nothing_queued(slurm,
         "gpus_per_node": 1,
         "cpus_per_task": 1,
         "mem_gb": 1,
-        "time_min": 5,
-        "signal_lead_s": 60,
+        "timeout_min": 5,
+        "signal_delay_s": 60,
         "array_parallelism": 2,
         # hold: the first array must stay queued until it is cancelled, never run (no trainer here)
-        "additional_sbatch": {"hold": True},
+        "additional_parameters": {"hold": True},
     }
 
     def spec(i: int, partition: str) -> PointSpec:

@@ -94,8 +94,8 @@ def test_validation_names_point_key_and_fix(base):
 
 
 def test_signal_lead_must_fit_the_time_limit(base):
-    problems = validate_point(point([*base, "cluster=slurm", "cluster.time_min=5", "cluster.signal_lead_s=600"]))[1]
-    assert [p.key for p in problems] == ["cluster.signal_lead_s"]
+    problems = validate_point(point([*base, "cluster=slurm", "cluster.timeout_min=5", "cluster.signal_delay_s=600"]))[1]
+    assert [p.key for p in problems] == ["cluster.signal_delay_s"]
 
 
 def test_command_line_typos_get_a_suggestion_not_hydras_append_hint():

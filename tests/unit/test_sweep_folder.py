@@ -34,7 +34,7 @@ def spec(root: Path, index: int, *, lr: str | None = "2e-06", n: int = 2, cluste
         verl_overrides=verl,
         experiment={"name": "gsm8k_grpo", "data_dir": "/data/gsm8k"},
         model={"name": "tiny", "path": "/models/tiny"},
-        cluster=cluster or {"kind": "slurm", "time_min": 15},
+        cluster=cluster or {"kind": "slurm", "timeout_min": 15},
         runtime={"max_timeout_requeues": 3},
         sidecars={},
     )
@@ -164,7 +164,7 @@ def test_a_resume_locks_the_folder_and_appends_to_its_submissions(tmp_path):
 def test_identical_settings_resume_and_cluster_or_runtime_changes_are_allowed(tmp_path):
     root = tmp_path / "s"
     manifest = submitted_sweep(root, [spec(root, i, n=n) for i, n in enumerate((2, 4, 8))])
-    again = [spec(root, i, n=n, cluster={"kind": "slurm", "time_min": 60}) for i, n in enumerate((2, 4, 8))]
+    again = [spec(root, i, n=n, cluster={"kind": "slurm", "timeout_min": 60}) for i, n in enumerate((2, 4, 8))]
     assert resume.check_same_settings(manifest, again) == []
 
 
@@ -197,9 +197,13 @@ def test_a_point_that_never_started_is_compared_by_its_recorded_overrides(tmp_pa
     root = tmp_path / "s"
     manifest = submitted_sweep(root, [spec(root, 0)])
     (root / "000_n-2" / "point.json").unlink()
-    manifest["points"][0]["overrides"] = ["verl.actor_rollout_ref.rollout.n=2", "sweep_name=s", "cluster.time_min=15"]
+    manifest["points"][0]["overrides"] = [
+        "verl.actor_rollout_ref.rollout.n=2",
+        "sweep_name=s",
+        "cluster.timeout_min=15",
+    ]
     new = spec(root, 0)
-    new.kit_overrides = ["verl.actor_rollout_ref.rollout.n=2", "sweep_name=s", "resume=true", "cluster.time_min=60"]
+    new.kit_overrides = ["verl.actor_rollout_ref.rollout.n=2", "sweep_name=s", "resume=true", "cluster.timeout_min=60"]
     assert resume.check_same_settings(manifest, [new]) == []
     new.kit_overrides.append(f"verl.{LR}=5e-06")
     (p,) = resume.check_same_settings(manifest, [new])

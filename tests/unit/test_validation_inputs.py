@@ -72,7 +72,7 @@ def test_a_request_that_fits_has_no_problem():
         ({"mem_gb": 64}, "cluster.mem_gb", "cluster.mem_gb<=7"),
         ({"cpus_per_task": 16}, "cluster.cpus_per_task", "cluster.cpus_per_task<=8"),
         ({"gpus_per_node": 8}, "cluster.gpus_per_node", "cluster.gpus_per_node<=4"),
-        ({"partition": "short", "time_min": 720}, "cluster.time_min", "cluster.time_min<=120"),
+        ({"partition": "short", "timeout_min": 720}, "cluster.timeout_min", "cluster.timeout_min<=120"),
         ({"partition": "short", "mem_gb": 7}, "cluster.mem_gb", "cluster.mem_gb<=5"),  # MaxMemPerNode 6000
         ({"nodes": 3, "gpus_per_node": 2}, "cluster.nodes", "cluster.nodes<=2"),  # node3 has no GPU
         ({"partition": "short", "nodes": 3, "gpus_per_node": 0}, "cluster.nodes", "cluster.nodes<=2"),  # MaxNodes
@@ -96,7 +96,7 @@ def test_arrays_per_request_share_the_parallelism_and_the_dry_run_shows_them():
     from grpokit.submit.arrays import array_requests, dry_run_section
 
     def spec(i: int, mem: int) -> PointSpec:
-        cluster = {**REQUEST, "mem_gb": mem, "time_min": 5, "signal_lead_s": 60, "array_parallelism": 4}
+        cluster = {**REQUEST, "mem_gb": mem, "timeout_min": 5, "signal_delay_s": 60, "array_parallelism": 4}
         return PointSpec(
             sweep_name="s",
             index=i,
@@ -219,8 +219,8 @@ def test_a_plus_key_the_kit_already_sets_is_an_update():
     assert problems == [] and out == [f"++{key}=eager", "verl.data.train_batch_size=8"]
     out, problems = check([f"{key}=sdpa"])  # no +: the kit's file has it, so it is a plain override
     assert problems == [] and out == [f"{key}=sdpa"]
-    out, problems = check(["cluster=slurm", "cluster.additional_sbatch={exclusive:true}"])  # as slurm.yaml says
-    assert problems == [] and out[1] == "++cluster.additional_sbatch={exclusive:true}"
+    out, problems = check(["cluster=slurm", "cluster.additional_parameters={exclusive:true}"])  # as slurm.yaml says
+    assert problems == [] and out[1] == "++cluster.additional_parameters={exclusive:true}"
     _, problems = check(["verl.actor_rollout_ref.model.override_config.rope_theta=1"])
     assert "add it with +verl.actor_rollout_ref.model.override_config.rope_theta" in problems[0].fix
 

@@ -56,7 +56,7 @@ def claim_sweep_folder(spec: PointSpec, experiment: str) -> str | None:
         [spec],
         [slurm_display_id()],
         experiment=experiment,
-        cluster=str(spec.cluster.get("kind")),
+        cluster=spec.cluster.kind,
         swept_keys=[],
     )
     return None

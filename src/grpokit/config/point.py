@@ -18,6 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from grpokit.config.explicit import raise_unresolvable, refuse_replaced, typed_verl_keys
 from grpokit.config.overrides import format_value, verl_overrides
+from grpokit.config.schema import ClusterConf, RuntimeConf, section_notices, sidecar_settings
 
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -35,7 +36,11 @@ class PointSpec:
         kit_overrides: the command-line overrides that made this point.
         swept: ``{key: value}`` of the swept keys only.
         verl_overrides: verl's command-line overrides (``key=value`` / ``+key=value``).
-        experiment, model, cluster, runtime, sidecars: the resolved kit sections.
+        experiment, model, hardware: the resolved kit sections (mappings).
+        cluster: the job's shape and Slurm request (:class:`~grpokit.config.schema.ClusterConf`).
+        runtime: the in-job driver's settings (:class:`~grpokit.config.schema.RuntimeConf`).
+        sidecars: ``{name: settings}``, each complete with
+            :class:`~grpokit.config.schema.SidecarConf`'s defaults.
         notices: what the kit changed in the user's settings on its own, one line each (e.g. the
             file logger added to ``trainer.logger``); the sweep prints each once.
     """
@@ -50,11 +55,16 @@ class PointSpec:
     verl_overrides: list[str]
     experiment: dict[str, Any]
     model: dict[str, Any]
-    cluster: dict[str, Any]
-    runtime: dict[str, Any]
-    sidecars: dict[str, Any]
+    cluster: ClusterConf
+    runtime: RuntimeConf
+    sidecars: dict[str, dict[str, Any]]
     hardware: dict[str, Any] = dataclasses.field(default_factory=dict)
     notices: list[str] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # a mapping (point.json, a test) becomes the typed section; earlier names are moved
+        self.cluster = ClusterConf.of(self.cluster)
+        self.runtime = RuntimeConf.of(self.runtime)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, default=str)
@@ -115,8 +125,42 @@ def trainer_gpus_per_node(cfg: DictConfig) -> int:
     """GPUs per node left to the trainer once sidecars with ``placement: dedicated`` took theirs."""
     node = cfg.get("sidecars")
     sidecars = OmegaConf.to_container(node, resolve=True) if node else {}
-    dedicated = sum(int(s.get("gpus", 1)) for s in sidecars.values() if s.get("placement") == "dedicated")
+    dedicated = sum(int(s.get("gpus") or 0) for s in sidecars.values() if s.get("placement") == "dedicated")
     return int(cfg.cluster.gpus_per_node) - dedicated
+
+
+def _typed_sections(cfg: DictConfig, point: str, kit_overrides: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """``cluster``, ``runtime`` and ``sidecars`` of ``cfg``, typed; the deprecation notices.
+
+    A deprecated key set in a YAML file is moved to its new name unless the command line typed
+    the new name. Raises SweepValidationError (point, key, fix) for a sidecar key SidecarConf does
+    not have or a value of the wrong type.
+    """
+    from grpokit.config.schema import DEPRECATED
+    from grpokit.validate.problems import Problem, SweepValidationError  # (grpokit.validate imports this module)
+
+    cluster = _section(cfg, "cluster")
+    typed = {item.lstrip("+").partition("=")[0] for item in kit_overrides}
+    for old, new in DEPRECATED.items():
+        if new in typed:
+            cluster.pop(old.partition(".")[2], None)  # the command line's new name wins
+    notices = section_notices(cluster, "cluster")
+    sidecars, problems = {}, []
+    for name, value in _section(cfg, "sidecars").items():
+        try:
+            sidecars[name] = sidecar_settings(name, value)
+        except ValueError as exc:
+            key, _, message = str(exc).partition(": ")
+            fix = message.partition("; ")[2] or f"see grpokit.config.schema.SidecarConf for {key}"
+            problems.append(Problem(point, key, message.partition("; ")[0], fix))
+    if problems:
+        raise SweepValidationError(problems)
+    sections = {
+        "cluster": ClusterConf.of(cluster),
+        "runtime": RuntimeConf.of(_section(cfg, "runtime")),
+        "sidecars": sidecars,
+    }
+    return sections, notices
 
 
 def build_point(
@@ -152,6 +196,7 @@ def build_point(
         "trainer.n_gpus_per_node": trainer_gpus_per_node(cfg),
     }
     refuse_replaced(cfg, name, typed, derived)
+    sections, deprecations = _typed_sections(cfg, name, kit_overrides)
     for key in ("trainer.project_name", "trainer.experiment_name"):
         if key in typed:  # honoured: the user's names for verl's loggers
             derived[key] = OmegaConf.select(cfg, f"verl.{key}")
@@ -178,9 +223,7 @@ def build_point(
         verl_overrides=emitted + runtime_overrides,
         experiment=_section(cfg, "experiment"),
         model=_section(cfg, "model"),
-        cluster=_section(cfg, "cluster"),
-        runtime=_section(cfg, "runtime"),
-        sidecars=_section(cfg, "sidecars"),
+        **sections,
         hardware=_section(cfg, "hardware"),
-        notices=[logger_notice] if logger_notice else [],
+        notices=[*deprecations, *([logger_notice] if logger_notice else [])],
     )

@@ -15,9 +15,11 @@ Main keys (key=value; a,b,c sweeps a key with -m):
   cluster.partition         Slurm partition (cluster=slurm); checked against the cluster before submission
   cluster.nodes, cluster.gpus_per_node, cluster.cpus_per_task, cluster.mem_gb
                             the Slurm request of every point (per node)
-  cluster.time_min          time limit of one attempt (minutes); a longer point is requeued and resumes
+  cluster.timeout_min       time limit of one attempt (minutes); a longer point is requeued and resumes
   cluster.array_parallelism array tasks running at once
-  cluster.signal_lead_s     seconds before the time limit at which the job checkpoints and requeues
+  cluster.signal_delay_s    seconds before the time limit at which the job checkpoints and requeues
+  cluster.additional_parameters.<sbatch option>=v   more sbatch options (submitit's names;
+                            hydra.launcher.<name>=v is taken as cluster.<name>=v)
   experiment.data_dir       the prepared data (launch/prepare_data.py)
   model.path                the model's folder (launch/download.py, launch/make_tiny_model.py)
   sweep_name, logs_root     the sweep folder <logs_root>/<sweep_name>/
@@ -70,7 +72,7 @@ def groups_text() -> str:
     lines = ["Config groups (group=option; * is the default):"]
     for group in sorted(p for p in CONFIG_DIR.iterdir() if p.is_dir()):
         lines.append(f"  {group.name}:")
-        for option in sorted(group.glob("*.yaml")):
+        for option in sorted(p for p in group.glob("*.yaml") if not p.stem.startswith("_")):  # _x: shared parts
             mark = "*" if defaults.get(group.name) == option.stem else " "
             lines.append(f"    {mark}{option.stem:<22} {_short(_first_comment(option.read_text()))}")
     return "\n".join(lines)

@@ -161,7 +161,10 @@ def cluster_sizes(runtime: Mapping, num_cpus: int) -> dict[str, int | None]:
 
     ``runtime`` is the point's ``runtime`` section (``ray_object_store_fraction``, ``ray_worker_ports``).
     """
-    fraction = runtime.get("ray_object_store_fraction")
+    from grpokit.config.schema import RuntimeConf  # the one default of each key
+
+    runtime = RuntimeConf.of(runtime)
+    fraction = runtime.ray_object_store_fraction
     memory = job_memory_bytes(cgroup_limit=cgroup_memory_limit())
     return {
         "object_store_bytes": object_store_bytes(
@@ -169,5 +172,5 @@ def cluster_sizes(runtime: Mapping, num_cpus: int) -> dict[str, int | None]:
             DEFAULT_OBJECT_STORE_FRACTION if fraction is None else float(fraction),
             shm_available_bytes(),
         ),
-        "worker_ports": worker_port_count(num_cpus, runtime.get("ray_worker_ports")),
+        "worker_ports": worker_port_count(num_cpus, runtime.ray_worker_ports),
     }

@@ -19,7 +19,7 @@ def command(spec: PointSpec, extra_overrides: list[str]) -> list[str]:
     kit's checkpoint-on-demand, :mod:`grpokit.runtime.verl_hooks`), the node's kernel choices
     (:func:`grpokit.runtime.kernels.kernel_overrides`) and any sidecar URLs.
     """
-    base = list(spec.runtime.get("trainer_cmd") or ["python", "-m", "verl.trainer.main_ppo"])
+    base = list(spec.runtime.trainer_cmd)
     if base[0] == "python":
         base[0] = sys.executable
     hook = f"+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook={SETUP_HOOK}"

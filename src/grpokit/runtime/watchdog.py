@@ -66,13 +66,16 @@ class HangPolicy:
         Raises:
             ValueError: a value is negative or not a number (names the key).
         """
-        floor = runtime.get("hang_floor_s", cls.floor_s)
+        from grpokit.config.schema import RuntimeConf  # the one default of each key
+
+        runtime = RuntimeConf.of(runtime)
+        floor = runtime.hang_floor_s
         if floor in (None, 0, "null"):
             return None
         values = {
             "hang_floor_s": floor,
-            "hang_step_multiple": runtime.get("hang_step_multiple", cls.step_multiple),
-            "hang_startup_s": runtime.get("hang_startup_s", cls.startup_s),
+            "hang_step_multiple": runtime.hang_step_multiple,
+            "hang_startup_s": runtime.hang_startup_s,
         }
         out = {}
         for key, value in values.items():

@@ -65,7 +65,7 @@ def plan_arrays(specs: list[PointSpec], max_size: int) -> list[list[int]]:
     """Positions in ``specs`` per array: grouped by identical ``cluster`` sections, then chunked."""
     groups: dict[str, list[int]] = {}
     for i, spec in enumerate(specs):
-        groups.setdefault(json.dumps(spec.cluster, sort_keys=True, default=str), []).append(i)
+        groups.setdefault(json.dumps(dict(spec.cluster), sort_keys=True, default=str), []).append(i)
     arrays = []
     for members in groups.values():
         arrays += [[members[j] for j in chunk] for chunk in array_chunks(len(members), max_size)]
@@ -78,7 +78,7 @@ def array_requests(specs: list[PointSpec], max_size: int) -> list[tuple[list[int
     arrays = plan_arrays(specs, max_size)
 
     def request(members: list[int]) -> str:
-        return json.dumps(specs[members[0]].cluster, sort_keys=True, default=str)
+        return json.dumps(dict(specs[members[0]].cluster), sort_keys=True, default=str)
 
     counts: dict[str, int] = {}
     for members in arrays:
@@ -86,7 +86,7 @@ def array_requests(specs: list[PointSpec], max_size: int) -> list[tuple[list[int
     out = []
     for members in arrays:
         cluster: dict[str, Any] = dict(specs[members[0]].cluster)
-        share = int(cluster.get("array_parallelism") or 16) // counts[request(members)]
+        share = int(cluster["array_parallelism"]) // counts[request(members)]
         cluster["array_parallelism"] = max(1, share)
         out.append((members, cluster))
     return out
@@ -99,7 +99,7 @@ def _fix_for(said: str) -> str:
     if "memory" in low:
         return "lower cluster.mem_gb (scontrol show node: RealMemory)"
     if "time limit" in low:
-        return "lower cluster.time_min (scontrol show partition: MaxTime)"
+        return "lower cluster.timeout_min (scontrol show partition: MaxTime)"
     if "array" in low:
         return "submit fewer points at once (scontrol show config: MaxArraySize)"
     if "node configuration" in low:
@@ -200,7 +200,7 @@ def after_refusal(sweep_dir: Path, specs: list[PointSpec], exc: SubmissionError)
 
 def dry_run_section(specs: list[PointSpec], max_size: int | None = None) -> list[str]:
     """``dry_run.md`` lines: each array the sweep would be submitted as, with its ``#SBATCH`` request."""
-    if not specs or specs[0].cluster.get("kind") != "slurm":
+    if not specs or specs[0].cluster.kind != "slurm":
         return []
     max_size = max_size or max_array_size()
     arrays = array_requests(specs, max_size)

@@ -11,6 +11,13 @@ What Hydra alone would do with a user's override, and what the kit does instead:
   (``verl.actor_rollout_ref.rollout.n=-3``): Hydra takes it and the failure surfaces later on a
   derived key, or not at all; here it is one problem on the key the user typed.
 
+- a kit key under its earlier name (``cluster.time_min``): renamed to submitit's name
+  (``cluster.timeout_min``) with one ``note:`` line (for one release;
+  :data:`grpokit.config.schema.DEPRECATED`).
+- ``hydra.launcher.partition=gpu`` (what a hydra-submitit-launcher user types): Hydra refuses the
+  key of the kit's launcher; here it is ``cluster.partition=gpu`` (a submitit name ``cluster``
+  does not have is refused naming the kit key to set).
+
 Every value of a sweep (``a,b,c``, ``range(...)``) is checked. One :class:`Problem` per finding,
 point ``all points``.
 """
@@ -20,18 +27,20 @@ from __future__ import annotations
 import difflib
 import itertools
 import re
+import sys
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from grpokit.config.overrides import flat_base
+from grpokit.config.schema import LAUNCHER_ELSEWHERE, ClusterConf, SidecarConf, rename_deprecated
 from grpokit.paths import CONFIG_DIR
 from grpokit.validate.problems import Problem
 from grpokit.validate.verl_check import _open_parent, suggest
 
 ALL = "all points"
 #: Kit mappings meant to be filled by the user (a new key below them is not a typo).
-OPEN_KIT_PARENTS = ("runtime.env", "cluster.additional_sbatch", "sidecars")
+OPEN_KIT_PARENTS = ("runtime.env", "cluster.additional_parameters", "sidecars")
 #: Leaf names of counts and lengths that must be positive (verl's and the kit's).
 _SIZE_LEAF = re.compile(
     r"^(n|nnodes|n_gpus_per_node|total_epochs|total_training_steps|ppo_epochs|max_num_seqs|"
@@ -43,9 +52,9 @@ KIT_MINIMUM = {
     "cluster.gpus_per_node": 0,
     "cluster.cpus_per_task": 1,
     "cluster.mem_gb": 1,
-    "cluster.time_min": 1,
+    "cluster.timeout_min": 1,
     "cluster.array_parallelism": 1,
-    "cluster.signal_lead_s": 0,
+    "cluster.signal_delay_s": 0,
     "runtime.max_timeout_requeues": 0,
 }
 _MAX_GROUP_COMBINATIONS = 16
@@ -84,6 +93,9 @@ def _resolved(cfg: DictConfig, key: str) -> Any:
 
 def _kit_open(key: str) -> bool:
     parent = key.rsplit(".", 1)[0]
+    parts = key.split(".")
+    if parts[0] == "sidecars" and len(parts) == 3:  # sidecars.<name>.<key>: one of SidecarConf's keys
+        return parts[2] in SidecarConf._names()
     return any(parent == p or parent.startswith(p + ".") for p in OPEN_KIT_PARENTS) or parent.endswith(".env")
 
 
@@ -104,11 +116,17 @@ def kit_suggest(cfg: DictConfig, key: str) -> str:
     parent, _, leaf = key.rpartition(".")
     node = _node(cfg, parent) if parent else cfg
     siblings = [str(k) for k in node.keys()] if node is not None and OmegaConf.is_dict(node) else []  # noqa: SIM118
+    if key.startswith("sidecars.") and key.count(".") == 2:
+        siblings = list(SidecarConf._names())
     close = difflib.get_close_matches(leaf, siblings, n=3, cutoff=0.6)
     if close:
         return "did you mean " + " or ".join(f"{parent + '.' if parent else ''}{c}" for c in close) + "?"
     if parent in groups():
-        options = [p.stem for p in sorted((CONFIG_DIR / parent).glob("*.yaml")) if _sets(p.read_text(), leaf)]
+        options = [
+            p.stem
+            for p in sorted((CONFIG_DIR / parent).glob("*.yaml"))
+            if not p.stem.startswith("_") and _sets(p.read_text(), leaf)
+        ]
         if options:
             return f"{leaf} is a key of {parent}={' / '.join(options)}: add {parent}={options[0]}"
     if siblings:
@@ -172,15 +190,53 @@ def _compose_choices(group_overrides: list) -> list[DictConfig]:
     return [compose_kit(list(c)) for c in combos]
 
 
+def launcher_to_cluster(argv: list[str]) -> tuple[list[str], list[str], list[Problem]]:
+    """``hydra.launcher.<name>=v`` (hydra-submitit-launcher's keys) as the kit's ``cluster.<name>=v``.
+
+    The kit's launcher takes the Slurm request from ``cluster.*``, whose names are submitit's: a
+    name ``cluster`` has is rewritten (one notice per key); one it does not have
+    (:data:`~grpokit.config.schema.LAUNCHER_ELSEWHERE`, or unknown) is a problem naming the kit key.
+    Returns (argv, notices, problems).
+    """
+    out, notices, problems = [], [], []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        bare = key.lstrip("+~")
+        if not sep or arg.startswith("-") or not bare.startswith("hydra.launcher."):
+            out.append(arg)
+            continue
+        name = bare[len("hydra.launcher.") :]
+        leaf = name.split(".", 1)[0]
+        if leaf in ClusterConf._names():
+            new = f"cluster.{name}"
+            out.append(f"{key[: len(key) - len(bare)]}{new}={value}")
+            notices.append(f"{bare} is {new} in grpokit (the kit's launcher takes the Slurm request from cluster.*)")
+        elif leaf in LAUNCHER_ELSEWHERE:
+            problems.append(Problem(ALL, bare, "the kit's launcher has no such key", f"set {LAUNCHER_ELSEWHERE[leaf]}"))
+        else:
+            close = difflib.get_close_matches(leaf, ClusterConf._names(), n=1, cutoff=0.6)
+            fix = f"did you mean cluster.{close[0]}?" if close else "the Slurm request is cluster.* (--help lists it)"
+            problems.append(Problem(ALL, bare, "the kit's launcher has no such key", fix))
+    return out, notices, problems
+
+
 def check(argv: list[str]) -> tuple[list[str], list[Problem]]:
     """Check the overrides in ``argv``; returns (the argv to hand to Hydra, problems).
 
     The argv is the same except that ``+key=v`` for a key the composed config already has
-    becomes ``++key=v`` (an update). Flags (``-m``, ``--cfg``) and unparsable overrides are left
-    to Hydra.
+    becomes ``++key=v`` (an update), a deprecated kit key gets its new name
+    (:func:`grpokit.config.schema.rename_deprecated`) and ``hydra.launcher.<submitit name>`` becomes
+    ``cluster.<name>`` (:func:`launcher_to_cluster`); each rename prints one ``note:`` line.
+    Flags (``-m``, ``--cfg``) and unparsable overrides are left to Hydra.
     """
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
+    argv, notices = rename_deprecated(argv)
+    argv, launcher_notices, launcher_problems = launcher_to_cluster(argv)
+    for line in [*notices, *launcher_notices]:
+        print(f"note: {line}", file=sys.stderr)
+    if launcher_problems:
+        return argv, launcher_problems
     positions = [i for i, a in enumerate(argv) if "=" in a and not a.startswith("-")]
     try:
         parsed = OverridesParser.create().parse_overrides([argv[i] for i in positions])
@@ -215,7 +271,7 @@ def check(argv: list[str]) -> tuple[list[str], list[Problem]]:
         if o.is_add():
             out[pos] = "+" + argv[pos]  # the kit already sets it: an update, not an append
         elif not o.is_force_add() and _is_mapping_with_new_keys(nodes[0], _values(o)):
-            # key={a:1} on a mapping without `a` (cluster.additional_sbatch={exclusive:true}): Hydra's
+            # key={a:1} on a mapping without `a` (cluster.additional_parameters={exclusive:true}): Hydra's
             # struct mode refuses the new key; merging it in is what the user asked for
             out[pos] = "++" + argv[pos]
         current = _resolved(configs[0], key)

@@ -26,7 +26,7 @@ def plan(spec: PointSpec, rollout_fraction: float) -> dict[str, Any]:
 
     Indices are positions in the job's ``CUDA_VISIBLE_DEVICES`` list (0 = its first GPU).
     """
-    total = int(spec.cluster.get("gpus_per_node", 1))
+    total = int(spec.cluster.gpus_per_node)
     next_free = total
     sidecars = {}
     for name, sc in spec.sidecars.items():

@@ -7,6 +7,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from grpokit.config.point import PointSpec
+from grpokit.config.schema import ClusterConf, RuntimeConf
 from grpokit.runtime.pruning import PruningRules
 from grpokit.validate.problems import Problem
 
@@ -100,67 +101,21 @@ def check_lengths(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
 
 
 def check_cluster(spec: PointSpec) -> list[Problem]:
-    """The warning signal must come after the job starts: ``signal_lead_s`` < the time limit."""
-    cluster = spec.cluster
-    if cluster.get("kind") != "slurm":
-        return []
-    limit_s = int(cluster.get("time_min", 0)) * 60
-    lead = int(cluster.get("signal_lead_s", 0))
-    if limit_s and lead >= limit_s - 60:
-        return [
-            Problem(
-                spec.name,
-                "cluster.signal_lead_s",
-                f"the warning signal would come {lead} s before a {limit_s} s time limit, i.e. at once",
-                f"raise cluster.time_min above {(lead + 60) // 60 + 1} or lower cluster.signal_lead_s",
-            )
-        ]
-    return []
+    """The request's own and related fields (``signal_delay_s`` < the time limit, ...):
+    :meth:`grpokit.config.schema.ClusterConf.problems`."""
+    return ClusterConf.of(spec.cluster).problems(spec.name)
 
 
 def check_runtime(spec: PointSpec) -> list[Problem]:
-    """The hang watchdog's limits and Ray's sizing keys (``runtime.*``), as the job would read them."""
-    runtime, problems = spec.runtime, []
-    for key in ("hang_floor_s", "hang_step_multiple", "hang_startup_s"):
-        value = runtime.get(key)
-        if value is None:
-            continue  # hang_floor_s: null turns the watchdog off; the others then have defaults
-        number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
-        if number is None or number < 0 or (number == 0 and key != "hang_floor_s"):
-            problems.append(
-                Problem(
-                    spec.name,
-                    f"runtime.{key}",
-                    f"must be a positive number, got {value!r}",
-                    "set a number > 0 (seconds, or a multiple of the step time); runtime.hang_floor_s=null "
-                    "turns the no-progress watchdog off",
-                )
-            )
+    """The ``runtime.*`` keys as the job would read them: the watchdog's limits and Ray's sizing
+    (:meth:`grpokit.config.schema.RuntimeConf.problems`), pruning rules, W&B's mode."""
+    runtime = RuntimeConf.of(spec.runtime)
+    problems = runtime.problems(spec.name)
     try:  # the job's pruning watcher reads these (grpokit.runtime.pruning)
         PruningRules.from_runtime(runtime)
     except ValueError as exc:
         key, _, what = str(exc).partition(" ")
         problems.append(Problem(spec.name, key.rstrip(":"), what, "see runtime.pruning in configs/config.yaml"))
-    fraction = runtime.get("ray_object_store_fraction")
-    if fraction is not None and not (isinstance(fraction, int | float) and 0 < fraction <= 1):
-        problems.append(
-            Problem(
-                spec.name,
-                "runtime.ray_object_store_fraction",
-                f"must be a fraction of the job's memory in (0, 1], got {fraction!r}",
-                "e.g. 0.3 (Ray's own default fraction)",
-            )
-        )
-    ports = runtime.get("ray_worker_ports")
-    if ports is not None and not (isinstance(ports, int) and not isinstance(ports, bool) and ports >= 10):
-        problems.append(
-            Problem(
-                spec.name,
-                "runtime.ray_worker_ports",
-                f"must be a whole number of ports >= 10, got {ports!r}",
-                "null sizes it from the job's CPUs (3 per CPU, 200 to 4000)",
-            )
-        )
     mode = runtime.get("wandb_mode")
     if mode is not None and mode not in WANDB_MODES:
         problems.append(

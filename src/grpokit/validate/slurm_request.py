@@ -18,9 +18,11 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from grpokit.config.schema import ClusterConf
 from grpokit.slurm import sbatch
 from grpokit.slurm.times import parse_time_min
 from grpokit.validate.problems import Problem, note
@@ -173,14 +175,15 @@ def array_chunks(num_points: int, max_array_size: int) -> list[range]:
     return [range(i, min(i + size, num_points)) for i in range(0, num_points, size)]
 
 
-def _request(cluster: dict[str, Any]) -> dict[str, Any]:
+def _request(cluster: Mapping[str, Any]) -> dict[str, Any]:
+    c = ClusterConf.of(cluster)
     return {
-        "partition": cluster.get("partition"),
-        "nodes": int(cluster.get("nodes") or 1),
-        "gpus": int(cluster.get("gpus_per_node") or 0),
-        "cpus": int(cluster.get("cpus_per_task") or 1),
-        "mem_mb": int(cluster["mem_gb"]) * 1024 if cluster.get("mem_gb") else None,
-        "time_min": int(cluster.get("time_min") or 0),
+        "partition": c.partition,
+        "nodes": c.nodes,
+        "gpus": c.gpus_per_node,
+        "cpus": c.cpus_per_task or 1,
+        "mem_mb": c.mem_gb * 1024 if c.mem_gb else None,
+        "time_min": c.timeout_min,
     }
 
 
@@ -243,9 +246,9 @@ def check_facts(cluster: dict[str, Any], facts: SlurmFacts, point: str = "all po
         problems.append(
             Problem(
                 point,
-                "cluster.time_min",
+                "cluster.timeout_min",
                 f"{req['time_min']} min is above {where}'s MaxTime ({part.max_time_min} min)",
-                f"set cluster.time_min<={part.max_time_min} (a point that needs longer is requeued and resumes)",
+                f"set cluster.timeout_min<={part.max_time_min} (a point that needs longer is requeued and resumes)",
             )
         )
     if problems:
@@ -323,7 +326,7 @@ def check_request(
                 "all points",
                 "cluster",
                 f"Slurm refuses the request (sbatch --test-only): {refusal}",
-                "change the cluster.* setting Slurm names (account, qos, constraint, additional_sbatch)",
+                "change the cluster.* setting Slurm names (account, qos, constraint, additional_parameters)",
             )
         ]
     return []

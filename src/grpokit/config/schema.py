@@ -1,0 +1,445 @@
+"""Typed settings of the kit's own config sections: ``cluster`` (the job's shape and Slurm request),
+``runtime`` (the in-job driver) and ``sidecars`` (servers started next to the trainer).
+
+Each section is a ``kw_only`` dataclass with a comment per field; the one default of each setting
+lives here. :func:`register` stores them in Hydra's ConfigStore and the kit's YAML files extend
+them (Hydra 1.3 "extending configs": ``configs/cluster/*.yaml`` start with ``defaults: [_schema]``,
+``configs/config.yaml`` with ``runtime/_schema``), so a misspelt key in a YAML file or on the
+command line (``cluster.partiton=gpu``) and a value of the wrong type (``cluster.nodes=two``) are
+refused by Hydra at composition, on the key.
+
+Names follow submitit and hydra-submitit-launcher's ``SlurmQueueConf`` where they mean the same
+thing (``timeout_min``, ``signal_delay_s``, ``additional_parameters``, ``partition``, ``qos``,
+``account``, ``constraint``, ``nodes``, ``gpus_per_node``, ``cpus_per_task``, ``mem_gb``,
+``array_parallelism``, ``setup``). The kit's earlier names (:data:`DEPRECATED`) are accepted for
+one release: the command line is rewritten with a one-line notice (:func:`rename_deprecated`),
+a YAML file that uses one composes into the deprecated field and :meth:`ClusterConf.of` moves it
+to the new one (the point's ``notices`` say so).
+
+Checks that relate fields (the warning signal's lead against the time limit, ...) are
+:meth:`ClusterConf.problems` / :meth:`RuntimeConf.problems`, one :class:`~grpokit.validate.problems.Problem`
+each, run for every point before anything is submitted.
+
+The sections also read as read-only mappings (``spec.cluster["nodes"]``, ``.get``) for code
+written against the earlier dict form; new code reads the attributes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+#: The kit's earlier names: ``section.old`` -> ``section.new`` (accepted for one release).
+DEPRECATED = {
+    "cluster.time_min": "cluster.timeout_min",
+    "cluster.signal_lead_s": "cluster.signal_delay_s",
+    "cluster.additional_sbatch": "cluster.additional_parameters",
+}
+
+#: hydra-submitit-launcher's ``SlurmQueueConf`` keys that are not ``cluster.<same name>`` here:
+#: what to set instead (``hydra.launcher.<name>`` is refused naming it).
+LAUNCHER_ELSEWHERE = {
+    "comment": "cluster.additional_parameters.comment",
+    "exclude": "cluster.additional_parameters.exclude",
+    "gres": "cluster.additional_parameters.gres (the kit asks for GPUs with cluster.gpus_per_node)",
+    "cpus_per_gpu": "cluster.additional_parameters.cpus_per_gpu",
+    "gpus_per_task": "cluster.gpus_per_node (one task per node)",
+    "mem_per_gpu": "cluster.mem_gb (per node) or cluster.additional_parameters.mem_per_gpu",
+    "mem_per_cpu": "cluster.mem_gb (per node) or cluster.additional_parameters.mem_per_cpu",
+    "max_num_timeout": "runtime.max_timeout_requeues",
+    "tasks_per_node": "nothing: the kit runs one task per node (Ray's head or worker)",
+    "name": "sweep_name (the job name)",
+    "submitit_folder": "logs_root (submitit's files go to <logs_root>/<sweep_name>/submitit)",
+    "stderr_to_stdout": "nothing: the job's stderr always goes to its stdout file",
+}
+
+#: Cluster kinds: ``local`` runs points one after another on this machine, ``slurm`` submits them.
+CLUSTER_KINDS = ("local", "slurm")
+#: The smallest value of each ``cluster`` size (a null size is Slurm's / the machine's default).
+_CLUSTER_MINIMUM = {
+    "nodes": 1,
+    "gpus_per_node": 0,
+    "cpus_per_task": 1,
+    "mem_gb": 1,
+    "timeout_min": 1,
+    "array_parallelism": 1,
+    "signal_delay_s": 0,
+}
+#: Seconds the warning signal must leave before the time limit is reached (the job's own start-up).
+MIN_SIGNAL_GAP_S = 60
+
+
+class _Section(Mapping):
+    """Read-only mapping view of a settings dataclass (``section["key"]``, ``.get``, ``dict(section)``)."""
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._names():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    @classmethod
+    def _names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def of(cls, value: Any):
+        """An instance from an instance, a mapping or an OmegaConf node (deprecated names moved).
+
+        Raises:
+            ValueError: a key the section does not have (names it and the closest key).
+        """
+        if isinstance(value, cls):
+            return value
+        data = _plain(value)
+        data, _ = _move_deprecated(cls._section, data)
+        unknown = [k for k in data if k not in cls._names()]
+        if unknown:
+            raise ValueError(f"{cls._section}.{unknown[0]}: no such key; {_did_you_mean(cls, unknown[0])}")
+        return cls(**data)
+
+
+def _plain(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    from omegaconf import OmegaConf
+
+    if OmegaConf.is_config(value):
+        value = OmegaConf.to_container(value, resolve=True)
+    return dict(value)
+
+
+def _did_you_mean(cls, key: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, cls._names(), n=1, cutoff=0.6)
+    return f"did you mean {cls._section}.{close[0]}?" if close else f"the keys are {', '.join(cls._names())}"
+
+
+def _move_deprecated(section: str, data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``data`` with the section's deprecated keys renamed (a set old value wins); the notices."""
+    out, notices = dict(data), []
+    for old, new in DEPRECATED.items():
+        sec, _, old_leaf = old.partition(".")
+        new_leaf = new.partition(".")[2]
+        if sec != section or old_leaf not in out:
+            continue
+        value = out.pop(old_leaf)
+        if value is not None:
+            out[new_leaf] = value
+            notices.append(deprecation_notice(old))
+    return out, notices
+
+
+def deprecation_notice(old: str) -> str:
+    """The one line said when a deprecated key is used, e.g. for ``cluster.time_min``."""
+    return f"{old} is deprecated and will be removed in the next release: use {DEPRECATED[old]} (submitit's name)"
+
+
+def rename_deprecated(argv: list[str]) -> tuple[list[str], list[str]]:
+    """The command line with deprecated kit keys renamed (``cluster.time_min=30`` ->
+    ``cluster.timeout_min=30``, ``+``/``++``/``~`` prefixes and sub-keys kept); the notices, one per key."""
+    out, notices = [], []
+    for arg in argv:
+        if "=" in arg and not arg.startswith("-"):
+            key, sep, value = arg.partition("=")
+            prefix = key[: len(key) - len(key.lstrip("+~"))]
+            bare = key[len(prefix) :]
+            for old, new in DEPRECATED.items():
+                if bare == old or bare.startswith(old + "."):
+                    arg = f"{prefix}{new}{bare[len(old) :]}{sep}{value}"
+                    if deprecation_notice(old) not in notices:
+                        notices.append(deprecation_notice(old))
+                    break
+        out.append(arg)
+    return out, notices
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _problem(point: str, key: str, message: str, fix: str):
+    from grpokit.validate.problems import Problem  # (grpokit.validate imports the config package)
+
+    return Problem(point, key, message, fix)
+
+
+@dataclasses.dataclass(kw_only=True)
+class ClusterConf(_Section):
+    """``cluster.*``: where the points run and, with ``kind: slurm``, each job's Slurm request.
+
+    Sizes are per node (as submitit's); the job array gets one task per point.
+    """
+
+    _section = "cluster"
+
+    # local: one point after another on this machine; slurm: one submitit job array per sweep.
+    kind: str = "local"
+    # Slurm partition (sbatch --partition); null: the cluster's default partition.
+    partition: str | None = None
+    # Slurm account (sbatch --account); null: the user's default.
+    account: str | None = None
+    # Slurm QOS (sbatch --qos); null: the association's default.
+    qos: str | None = None
+    # Node features (sbatch --constraint), e.g. "h200|a100"; null: any node.
+    constraint: str | None = None
+    # Nodes per point (sbatch --nodes); verl's trainer.nnodes.
+    nodes: int = 1
+    # GPUs per node (sbatch --gpus-per-node); verl's trainer.n_gpus_per_node less dedicated sidecars' GPUs.
+    gpus_per_node: int = 1
+    # CPUs of the one task per node (sbatch --cpus-per-task), all given to Ray; null: 1 on Slurm,
+    # every CPU of this machine with kind: local.
+    cpus_per_task: int | None = None
+    # Memory per node in GiB (sbatch --mem, Slurm's GB are 1024 MB); null: the partition's default.
+    mem_gb: int | None = None
+    # Time limit of one attempt in minutes (sbatch --time). A point that needs longer is requeued
+    # and resumes from its last checkpoint.
+    timeout_min: int = 60
+    # Array tasks running at once (Slurm's %N); shared between the arrays of one sweep.
+    array_parallelism: int = 16
+    # Seconds before the time limit at which Slurm sends USR2 to the batch shell (sbatch
+    # --signal=B:USR2@<s>): at least one training step plus one checkpoint save.
+    signal_delay_s: int = 600
+    # More sbatch options, without the dashes, e.g. {exclusive: true, reservation: myres}; the kit's
+    # own --signal and --requeue win over these.
+    additional_parameters: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # Shell lines the job runs before the point (module loads, environment activation).
+    setup: list[str] = dataclasses.field(default_factory=list)
+
+    def problems(self, point: str) -> list:
+        """What is wrong with this request on its own or between its fields (one Problem each)."""
+        out = []
+        if self.kind not in CLUSTER_KINDS:
+            out.append(
+                _problem(
+                    point,
+                    "cluster.kind",
+                    f"{self.kind!r} is not one of {CLUSTER_KINDS}",
+                    "cluster=local or cluster=slurm",
+                )
+            )
+        for key, low in _CLUSTER_MINIMUM.items():
+            value = getattr(self, key)
+            if value is not None and value < low:
+                out.append(_problem(point, f"cluster.{key}", f"{value} is below {low}", f"set cluster.{key}>={low}"))
+        limit_s = self.timeout_min * 60
+        if self.kind == "slurm" and limit_s > 0 and self.signal_delay_s >= limit_s - MIN_SIGNAL_GAP_S:
+            out.append(
+                _problem(
+                    point,
+                    "cluster.signal_delay_s",
+                    f"the warning signal would come {self.signal_delay_s} s before a {limit_s} s time limit, "
+                    "i.e. at once",
+                    f"raise cluster.timeout_min above {(self.signal_delay_s + MIN_SIGNAL_GAP_S) // 60 + 1} "
+                    "or lower cluster.signal_delay_s",
+                )
+            )
+        return out
+
+
+@dataclasses.dataclass(kw_only=True)
+class _ClusterSchema(ClusterConf):
+    """The Hydra schema of ``cluster``: :class:`ClusterConf` plus the deprecated names (null unless set)."""
+
+    # deprecated: cluster.timeout_min (submitit's name)
+    time_min: int | None = None
+    # deprecated: cluster.signal_delay_s (submitit's name)
+    signal_lead_s: int | None = None
+    # deprecated: cluster.additional_parameters (submitit's name)
+    additional_sbatch: dict[str, Any] | None = None
+
+
+@dataclasses.dataclass(kw_only=True)
+class RuntimeConf(_Section):
+    """``runtime.*``: how the in-job driver runs a point (grpokit.runtime.driver)."""
+
+    _section = "runtime"
+
+    # The trainer: verl's own entry point (a first word "python" is the job's interpreter). Tests
+    # replace it with a test double of verl's trainer.
+    trainer_cmd: list[str] = dataclasses.field(default_factory=lambda: ["python", "-m", "verl.trainer.main_ppo"])
+    # verl cannot train without a CUDA GPU: on a machine without one the job runs every other stage
+    # and ends in state `skipped_no_gpu`.
+    needs_gpu: bool = True
+    # Seconds to wait for Ray (all nodes and their GPUs) before failing the job.
+    ray_start_timeout_s: float = 180
+    # Seconds a stopped process gets between SIGTERM and SIGKILL.
+    kill_grace_s: float = 15
+    # Time-limit (and hang) requeues allowed per point since its last resubmission; preemptions are
+    # not bounded.
+    max_timeout_requeues: int = 3
+    # Automatic retries of a crashed point (its trainer exited non-zero by itself; not time-outs or
+    # preemptions) since its last resubmission: each on other nodes than the crashes before it
+    # (ExcNodeList), after retry_backoff_s x 2^k seconds; the same crash (error class) twice on
+    # different nodes stops retrying (grpokit.runtime.retry). 0: no retry.
+    max_retries: int = 1
+    retry_backoff_s: float = 60
+    # Seconds given to the trainer to finish its step and write a checkpoint after a stop request.
+    save_deadline_s: float = 900
+    # No-progress watchdog (grpokit.runtime.watchdog): a trainer without a new step for
+    # max(hang_floor_s, hang_step_multiple x its longest step) (hang_startup_s before the first step)
+    # is stopped, its stacks kept, and the point requeued or failed as `hung`. null or 0: off.
+    hang_floor_s: float | None = 1800
+    hang_step_multiple: float = 5
+    hang_startup_s: float = 3600
+    # Ray's object store on each node: this fraction of the job's memory there (Slurm's --mem or
+    # the job's cgroup limit), within Ray's bounds; null: Ray's own 0.3.
+    ray_object_store_fraction: float | None = 0.3
+    # Ports for Ray's worker processes on each node; null: 3 per CPU given to Ray (200 to 4000).
+    ray_worker_ports: int | None = None
+    # W&B's mode when verl.trainer.logger names wandb (online | offline | disabled); null:
+    # $WANDB_MODE of the submitting shell, else online (grpokit.runtime.trackers).
+    wandb_mode: str | None = None
+    # Rules that stop a point early (grpokit.runtime.pruning); {}: the rules' defaults, null: off.
+    pruning: dict[str, Any] | None = dataclasses.field(default_factory=dict)
+    # Extra environment for the trainer and Ray workers (exported before Ray starts).
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def problems(self, point: str) -> list:
+        """Values the job could not use (one Problem each; the watchdog's and Ray's sizing keys)."""
+        out = []
+        for key in ("hang_floor_s", "hang_step_multiple", "hang_startup_s"):
+            value = getattr(self, key)
+            if value is None:
+                continue  # hang_floor_s: null turns the watchdog off
+            number = value if _is_number(value) else None
+            if number is None or number < 0 or (number == 0 and key != "hang_floor_s"):
+                out.append(
+                    _problem(
+                        point,
+                        f"runtime.{key}",
+                        f"must be a positive number, got {value!r}",
+                        "set a number > 0 (seconds, or a multiple of the step time); runtime.hang_floor_s=null "
+                        "turns the no-progress watchdog off",
+                    )
+                )
+        fraction = self.ray_object_store_fraction
+        if fraction is not None and not (_is_number(fraction) and 0 < fraction <= 1):
+            out.append(
+                _problem(
+                    point,
+                    "runtime.ray_object_store_fraction",
+                    f"must be a fraction of the job's memory in (0, 1], got {fraction!r}",
+                    "e.g. 0.3 (Ray's own default fraction)",
+                )
+            )
+        ports = self.ray_worker_ports
+        if ports is not None and not (isinstance(ports, int) and not isinstance(ports, bool) and ports >= 10):
+            out.append(
+                _problem(
+                    point,
+                    "runtime.ray_worker_ports",
+                    f"must be a whole number of ports >= 10, got {ports!r}",
+                    "null sizes it from the job's CPUs (3 per CPU, 200 to 4000)",
+                )
+            )
+        if not isinstance(self.max_timeout_requeues, int) or self.max_timeout_requeues < 0:
+            out.append(
+                _problem(
+                    point,
+                    "runtime.max_timeout_requeues",
+                    f"{self.max_timeout_requeues} is negative",
+                    "set runtime.max_timeout_requeues >= 0 (0: a time-out fails the point)",
+                )
+            )
+        for key in ("ray_start_timeout_s", "kill_grace_s", "save_deadline_s"):
+            if not _is_number(getattr(self, key)) or getattr(self, key) < 0:
+                out.append(
+                    _problem(point, f"runtime.{key}", f"{getattr(self, key)} is negative", f"set runtime.{key} >= 0")
+                )
+        return out
+
+
+@dataclasses.dataclass(kw_only=True)
+class SidecarConf(_Section):
+    """``sidecars.<name>``: one server the job starts next to the trainer (grpokit.runtime.sidecars).
+
+    ``kind: vllm`` is ``vllm serve``; ``kind: memory_server`` the kit's Mem-α memory server; any
+    kind with a ``command`` runs that command instead (stand-ins in tests).
+    """
+
+    _section = "sidecars.<name>"
+
+    # vllm | memory_server | null (then `command` is required).
+    kind: str | None = None
+    # A command template instead of the kind's own ({python}, {host}, {port} are filled in; a first
+    # word python is the job's interpreter).
+    command: list[str] | None = None
+    # Seconds to wait for the health check before failing the job.
+    start_timeout_s: float = 600
+    # The health check's path (HTTP 200 when ready).
+    health_path: str = "/health"
+    # GPUs of its own (with placement: dedicated, the node's last ones); 0: none.
+    gpus: int = 0
+    # shared: on the trainer's first GPU next to the rollout engine; dedicated: GPUs of its own.
+    placement: str = "shared"
+    # reward_kwargs handed to verl's reward function; "{url}" is the sidecar's address.
+    reward_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # --- kind: vllm (vllm serve's flags of the same names)
+    model: str | None = None
+    served_model_name: str | None = None
+    dtype: str = "auto"
+    max_model_len: int = 2048
+    gpu_memory_utilization: float = 0.9
+    max_num_seqs: int = 8
+    enforce_eager: bool = False
+    # More `vllm serve` arguments, as given.
+    extra_args: list[str] = dataclasses.field(default_factory=list)
+    # --- kind: memory_server (grpokit.tasks.memalpha.server's flags of the same names)
+    # The sidecar (by name) serving the answer LLM.
+    answer: str | None = None
+    tokenizer: str | None = None
+    top_k: int = 20
+    max_prompt_tokens: int = 30000
+    concurrency: int = 8
+    timeout_s: float = 60
+
+
+def register() -> None:
+    """Store the schemas in Hydra's ConfigStore as ``cluster/_schema`` and ``runtime/_schema``,
+    extended by ``configs/cluster/*.yaml`` and ``configs/config.yaml``.
+
+    ``sidecars`` has no Hydra schema: OmegaConf cannot add a new entry (``+sidecars.x={...}``) to
+    a mapping of dataclasses; each sidecar goes through :func:`sidecar_settings` instead.
+    """
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    cs.store(group="cluster", name="_schema", node=_ClusterSchema, provider="grpokit")
+    cs.store(group="runtime", name="_schema", node=RuntimeConf, provider="grpokit")
+
+
+def sidecar_settings(name: str, value: Any) -> dict[str, Any]:
+    """``sidecars.<name>`` checked against :class:`SidecarConf` and completed with its defaults.
+
+    Raises:
+        ValueError: one line naming ``sidecars.<name>.<key>``: a key SidecarConf does not have
+            (with the closest one) or a value of the wrong type.
+    """
+    from omegaconf import OmegaConf
+    from omegaconf.errors import ConfigKeyError, ValidationError
+
+    data = _plain(value)
+    unknown = [k for k in data if k not in SidecarConf._names()]
+    if unknown:
+        close = _did_you_mean(SidecarConf, unknown[0]).replace("sidecars.<name>", f"sidecars.{name}")
+        raise ValueError(f"sidecars.{name}.{unknown[0]}: no such key; {close}")
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(SidecarConf), data)
+    except (ConfigKeyError, ValidationError) as exc:
+        key = getattr(exc, "full_key", "") or ""
+        raise ValueError(f"sidecars.{name}.{key}: {str(exc).splitlines()[0]}") from None
+    return OmegaConf.to_container(merged, resolve=True)
+
+
+def section_notices(cfg_section: Mapping | None, section: str) -> list[str]:
+    """The deprecation notices for ``section`` of a composed config (a YAML file used an old name)."""
+    data = {k: v for k, v in (_plain(cfg_section) or {}).items() if v is not None}
+    return _move_deprecated(section, data)[1]

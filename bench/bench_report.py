@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from grpokit.results.report_table import collect_report, write_tables
+from grpokit.reports.report_table import collect_report, write_tables
 from grpokit.run_folder.sweep import load_sweep
 
 KEYS = [
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"report (merge attempts + table + CSV/Markdown): {t_report:.2f} s")
         print(f"ratio report / plain pandas: {t_report / t_pandas:.2f}")
         if args.plots:
-            from grpokit.results.plots import plot_curves, plot_heatmap
+            from grpokit.reports.plots import plot_curves, plot_heatmap
 
             t = time.perf_counter()
             plot_curves(report, Path(tmp) / "out" / "curves.png")

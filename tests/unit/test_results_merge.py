@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from grpokit.results import merge_cmd
-from grpokit.results.merge_cmd import CheckpointError, choose_checkpoint, merge_run
+from grpokit.evaluation import merge as merge_cmd
+from grpokit.evaluation.merge import CheckpointError, choose_checkpoint, merge_run
 
 REPO = Path(__file__).resolve().parents[2]
 

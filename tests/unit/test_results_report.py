@@ -14,9 +14,9 @@ import pytest
 from PIL import Image
 from rich.console import Console
 
-from grpokit.results import report_table, status_table
-from grpokit.results.report_table import collect_report, write_tables
-from grpokit.results.status_table import collect_rows, render_table
+from grpokit.reports import report_table, status_table
+from grpokit.reports.report_table import collect_report, write_tables
+from grpokit.reports.status_table import collect_rows, render_table
 from grpokit.run_folder.sweep import load_sweep
 from grpokit.slurm.states import SlurmJobState
 
@@ -241,7 +241,7 @@ def test_report_cli_writes_plots_that_open(sweep_dir, capsys):
 
 
 def test_heatmap_frame_values(sweep_dir):
-    from grpokit.results.plots import heatmap_frame
+    from grpokit.reports.plots import heatmap_frame
 
     rep = collect_report(load_sweep(sweep_dir), ask_slurm=False)
     grid = heatmap_frame(rep.table, LR, KL, "final_acc:openai/gsm8k")
@@ -300,7 +300,7 @@ def test_status_cli_real_slurm_or_none(sweep_dir, capsys):
 
 
 def test_gpu_hours_of_running_attempt_uses_slurm_runtime(sweep_dir):
-    from grpokit.results.summary import gpu_hours
+    from grpokit.reports.summary import gpu_hours
 
     sweep = load_sweep(sweep_dir)
     p = sweep.points[0]

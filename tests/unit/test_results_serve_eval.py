@@ -1,17 +1,20 @@
-"""launch/serve_eval.py against real HTTP stand-ins for vLLM (tests/doubles/openai_chat_double.py)."""
+"""grpokit serve-eval against real HTTP stand-ins for vLLM (tests/doubles/openai_chat_double.py)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from grpokit.results import evaluation, vllm_serve
+from grpokit.config.point import PointSpec
+from grpokit.evaluation import compare as evaluation
 from grpokit.runtime.ports import reserve_ports
+from grpokit.serving import vllm
 from grpokit.slurm.gpus import visible_gpus
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,7 +71,7 @@ def start_double(tmp_path: Path, name: str, answers: dict, key: str, delay: floa
         str(delay),
     ]
     log = tmp_path / f"{name}.log"
-    proc = vllm_serve.start(argv, key, log)
+    proc = vllm.start(argv, log, vllm.server_env(os.environ, key))
     return proc, f"http://127.0.0.1:{port}/v1", log
 
 
@@ -80,11 +83,11 @@ def servers(tmp_path):
         trained = start_double(tmp_path, "trained", TRAINED_ANSWERS, "kt")
         started = [base[0], trained[0]]
         for (proc, url, log), key in ((base, "kb"), (trained, "kt")):
-            vllm_serve.wait_ready(url, key, proc, 60, log)
+            vllm.wait_ready(f"{url}/models", key, proc, 60, log, name="server")
         yield {"base": base[1], "trained": trained[1]}
     finally:
         for proc in started:
-            vllm_serve.stop(proc, grace_s=5)
+            vllm.stop(proc, grace_s=5)
 
 
 def load_cli():
@@ -164,27 +167,39 @@ def test_load_items_rejects_other_formats(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_wait_ready_reports_exit_with_log_tail(tmp_path):
-    proc = vllm_serve.start([sys.executable, str(DOUBLE), "--port", "1"], "k", tmp_path / "bad.log")
-    with pytest.raises(RuntimeError, match=r"exited with 2[\s\S]*--served-model-name"):
-        vllm_serve.wait_ready("http://127.0.0.1:1/v1", "k", proc, 30, tmp_path / "bad.log")
+    proc = vllm.start(
+        [sys.executable, str(DOUBLE), "--port", "1"], tmp_path / "bad.log", vllm.server_env(os.environ, "k")
+    )
+    with pytest.raises(vllm.ServerError, match=r"^server base exited with 2 during start-up[\s\S]*--served-model-name"):
+        vllm.wait_ready("http://127.0.0.1:1/v1/models", "k", proc, 30, tmp_path / "bad.log", name="server base")
 
 
 @pytest.mark.timeout(60)
 def test_wrong_key_is_not_ready(tmp_path):
     proc, url, log = start_double(tmp_path, "m", {}, "right")
     try:
-        vllm_serve.wait_ready(url, "right", proc, 30, log)
-        assert not vllm_serve.is_ready(url, "wrong")
-        with pytest.raises(RuntimeError, match="not ready after 2 s"):
-            vllm_serve.wait_ready(url, "wrong", proc, 2, log)
+        vllm.wait_ready(f"{url}/models", "right", proc, 30, log, name="m")
+        assert not vllm.is_ready(f"{url}/models", "wrong")
+        with pytest.raises(
+            vllm.ServerError, match="^m not ready at .* after 2 s .process alive.; its last health answer: HTTP 401"
+        ):
+            vllm.wait_ready(f"{url}/models", "wrong", proc, 2, log, name="m")
     finally:
-        vllm_serve.stop(proc, grace_s=5)
+        vllm.stop(proc, grace_s=5)
     assert proc.poll() is not None
 
 
 def test_vllm_command_and_key_off_argv():
-    spec = vllm_serve.ServeSpec(model="/m/hf", served_name="trained", host="127.0.0.1", port=8001)
-    argv = vllm_serve.vllm_command(spec, python="python")
+    spec = vllm.VllmServe(
+        model="/m/hf",
+        served_model_name="trained",
+        host="127.0.0.1",
+        port=8001,
+        dtype="bfloat16",
+        gpu_memory_utilization=0.4,
+        max_num_seqs=16,
+    )
+    argv = spec.command(python="python")
     assert argv == [
         "python",
         "-m",
@@ -212,9 +227,9 @@ def test_vllm_command_and_key_off_argv():
 
 
 def test_gpu_placement(monkeypatch):
-    assert vllm_serve.place(2, ["3"]) == ["3", "3"]
-    assert vllm_serve.place(2, ["0", "1", "2"]) == ["0", "1"]
-    assert vllm_serve.place(2, []) == [None, None]
+    assert vllm.place(2, ["3"]) == ["3", "3"]
+    assert vllm.place(2, ["0", "1", "2"]) == ["0", "1"]
+    assert vllm.place(2, []) == [None, None]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
     assert visible_gpus(probe=True) == ["4", "5"]
 
@@ -223,11 +238,30 @@ def test_defaults_from_run_folder_and_errors(tmp_path, capsys):
     cli = load_cli()
     run = tmp_path / "000_a"
     run.mkdir()
-    (run / "verl_cmd.sh").write_text(
-        "python -m verl.trainer.main_ppo \\\n  actor_rollout_ref.model.path=/models/Qwen2.5-0.5B \\\n"
-        "  data.val_files=\"['/data/gsm8k/test.parquet']\" \\\n  trainer.total_epochs=1\n"
+    with pytest.raises(FileNotFoundError, match="point.json not found: pass a run folder"):
+        cli.resolve(cli.parse_args(["--run-dir", str(run)]))
+    # point.json as the sweep writes it (PointSpec.to_json); serve-eval reads it, not verl_cmd.sh.
+    spec = PointSpec(
+        sweep_name="s",
+        index=0,
+        name=run.name,
+        run_dir=str(run),
+        checkpoint_dir=str(run / "checkpoints"),
+        kit_overrides=[],
+        swept={},
+        verl_overrides=[
+            "actor_rollout_ref.model.path=/models/Qwen2.5-0.5B",
+            "data.val_files=['/data/gsm8k/test.parquet']",
+            "trainer.total_epochs=1",
+        ],
+        experiment={"name": "gsm8k_grpo"},
+        model={"name": "qwen", "path": "/models/Qwen2.5-0.5B"},
+        cluster={"kind": "local"},
+        runtime={},
+        sidecars={},
     )
-    with pytest.raises(ValueError, match="launch/merge.py"):
+    (run / "point.json").write_text(spec.to_json())
+    with pytest.raises(ValueError, match="grpokit merge"):
         cli.resolve(cli.parse_args(["--run-dir", str(run)]))
     (run / "hf").mkdir()
     (run / "hf" / "config.json").write_text("{}")

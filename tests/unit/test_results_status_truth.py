@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from grpokit.results import report_table, status_table
-from grpokit.results.report_table import collect_report
-from grpokit.results.status_table import collect_rows, render_table
-from grpokit.results.summary import gpu_hours, point_state
+from grpokit.reports import report_table, status_table
+from grpokit.reports.report_table import collect_report
+from grpokit.reports.status_table import collect_rows, render_table
+from grpokit.reports.summary import gpu_hours, point_state
 from grpokit.run_folder.sweep import load_sweep
 from grpokit.slurm.states import SlurmJobState
 

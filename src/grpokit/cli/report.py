@@ -12,8 +12,8 @@ import logging
 import sys
 from pathlib import Path
 
-from grpokit.results.plots import plot_curves, plot_heatmap
-from grpokit.results.report_table import collect_report, tensorboard_command, write_tables
+from grpokit.reports.plots import plot_curves, plot_heatmap
+from grpokit.reports.report_table import collect_report, tensorboard_command, write_tables
 from grpokit.run_folder.sweep import load_sweep
 
 log = logging.getLogger(__name__)

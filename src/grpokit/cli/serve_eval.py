@@ -6,10 +6,11 @@ Usage:
   # against servers already running (keys in GRPOKIT_EVAL_BASE_KEY / GRPOKIT_EVAL_TRAINED_KEY):
   python launch/serve_eval.py --base-url http://h:p/v1 --base-name base --trained-url ... --trained-name ...
 
-Defaults from the run folder: trained model <run>/hf (launch/merge.py), base model and test file
-from <run>/verl_cmd.sh (actor_rollout_ref.model.path, data.val_files). Both servers share one GPU
-(0.4 of its memory each) when only one is visible. Writes <out>/eval_summary.json (accuracy of
-each), answers.jsonl and disagreements.jsonl (the questions where their scores differ).
+Defaults from the run folder: trained model <run>/hf (grpokit merge), base model and test file
+from <run>/point.json (verl's actor_rollout_ref.model.path and data.val_files as the point ran them).
+Both servers share one GPU (0.4 of its memory each) when only one is visible. Writes
+<out>/eval_summary.json (accuracy of each), answers.jsonl and disagreements.jsonl (the questions
+where their scores differ).
 This is also the body of slurm/serve_eval.sbatch.
 """
 
@@ -18,31 +19,36 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import secrets
-import shlex
 import signal
 import socket
 import sys
 from contextlib import ExitStack
 from pathlib import Path
 
-from grpokit.results import evaluation, vllm_serve
+from grpokit.config.point import PointSpec
+from grpokit.evaluation import compare as evaluation
+from grpokit.run_folder import RunFolder
+from grpokit.serving import vllm
 from grpokit.slurm.gpus import visible_gpus
 
 log = logging.getLogger(__name__)
 
 
-def read_verl_cmd(run_dir: Path) -> dict[str, str]:
-    """``key=value`` overrides in ``<run>/verl_cmd.sh`` (one per line, shell-quoted)."""
-    path = run_dir / "verl_cmd.sh"
+def point_defaults(run_dir: Path) -> dict[str, str | None]:
+    """Base model and test file of the point in ``run_dir``, from its ``point.json``.
+
+    Returns ``{"base": actor_rollout_ref.model.path (else the model section's path),
+    "test_parquet": the first of data.val_files}``, values None where the point has none.
+
+    Raises:
+        FileNotFoundError: ``run_dir`` has no ``point.json`` (not a run folder of the kit).
+    """
+    path = RunFolder(run_dir).point
     if not path.exists():
-        return {}
-    out = {}
-    for tok in shlex.split(path.read_text().replace("\\\n", " "), comments=True):
-        key, eq, value = tok.partition("=")
-        if eq:
-            out[key.lstrip("+")] = value
-    return out
+        raise FileNotFoundError(f"{path} not found: pass a run folder (logs/<sweep>/<NNN>_<slug>) of a submitted point")
+    spec = PointSpec.from_json(path.read_text())
+    base = spec.verl_value("actor_rollout_ref.model.path") or (spec.model or {}).get("path")
+    return {"base": str(base) if base else None, "test_parquet": first_file(spec.verl_value("data.val_files"))}
 
 
 def first_file(value: str | None) -> str | None:
@@ -70,9 +76,9 @@ def free_ports(n: int) -> list[int]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run-dir", type=Path, default=None)
-    p.add_argument("--base", default=None, help="base model path/name (default from verl_cmd.sh)")
+    p.add_argument("--base", default=None, help="base model path/name (default from point.json)")
     p.add_argument("--trained", default=None, help="trained HF folder (default <run>/hf)")
-    p.add_argument("--test-parquet", default=None, help="test parquet (default data.val_files of verl_cmd.sh)")
+    p.add_argument("--test-parquet", default=None, help="test parquet (default data.val_files of point.json)")
     p.add_argument("--out", type=Path, default=None, help="output folder (default <run>/eval)")
     p.add_argument("--limit", type=int, default=None, help="first N test rows only")
     p.add_argument("--max-tokens", type=int, default=1024)
@@ -90,13 +96,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def resolve(args: argparse.Namespace) -> argparse.Namespace:
     """Fill defaults from the run folder; raises ValueError naming what is missing."""
-    overrides = read_verl_cmd(args.run_dir) if args.run_dir else {}
+    defaults = point_defaults(args.run_dir) if args.run_dir else {}
     if args.run_dir and args.trained is None and args.trained_url is None:
-        args.trained = str(args.run_dir / "hf")
-        if not (args.run_dir / "hf" / "config.json").exists():
-            raise ValueError(f"{args.run_dir}/hf has no merged model: run python launch/merge.py {args.run_dir}")
-    args.base = args.base or overrides.get("actor_rollout_ref.model.path")
-    args.test_parquet = args.test_parquet or first_file(overrides.get("data.val_files"))
+        hf = RunFolder(args.run_dir).hf
+        args.trained = str(hf)
+        if not (hf / "config.json").exists():
+            raise ValueError(f"{hf} has no merged model: run grpokit merge {args.run_dir}")
+    args.base = args.base or defaults.get("base")
+    args.test_parquet = args.test_parquet or defaults.get("test_parquet")
     args.out = args.out or (args.run_dir / "eval" if args.run_dir else None)
     missing = [name for name, v in (("--test-parquet", args.test_parquet), ("--out", args.out)) if not v]
     if args.base_url is None and not args.base:
@@ -104,7 +111,7 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     if args.trained_url is None and not args.trained:
         missing.append("--trained or --run-dir (or --trained-url)")
     if missing:
-        raise ValueError(f"missing {', '.join(missing)}; pass them or a --run-dir whose verl_cmd.sh has them")
+        raise ValueError(f"missing {', '.join(missing)}; pass them or a --run-dir whose point.json has them")
     return args
 
 
@@ -117,7 +124,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
         for n, m, url in (("base", args.base, args.base_url), ("trained", args.trained, args.trained_url))
         if url is None
     ]
-    placement = vllm_serve.place(len(to_start), visible_gpus(probe=True))
+    placement = vllm.place(len(to_start), visible_gpus(probe=True))
     ports = free_ports(len(to_start)) if to_start else []
     endpoints: dict[str, evaluation.Endpoint] = {}
     if args.base_url:
@@ -131,26 +138,27 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     with ExitStack() as stack:
         started = []
         for (name, model), port, gpu in zip(to_start, ports, placement, strict=True):
-            spec = vllm_serve.ServeSpec(
+            spec = vllm.VllmServe(
                 model=model,
-                served_name=name,
+                served_model_name=name,
                 host="127.0.0.1",
                 port=port,
-                cuda_devices=gpu,
+                dtype="bfloat16",
                 gpu_memory_utilization=args.gpu_memory_utilization,
                 max_model_len=args.max_model_len,
                 max_num_seqs=args.concurrency,
             )
-            key = secrets.token_urlsafe(24)
+            key = vllm.new_key()
             log_path = args.out / "servers" / f"{name}.log"
-            proc = vllm_serve.start(vllm_serve.vllm_command(spec), key, log_path, gpu)
-            stack.callback(vllm_serve.stop, proc)
+            proc = vllm.start(spec.command(), log_path, vllm.server_env(os.environ, key, cuda_devices=gpu))
+            stack.callback(vllm.stop, proc, name=f"vLLM server {name}")
             started.append((spec, key, proc, log_path))
             endpoints[name] = evaluation.Endpoint(name, spec.base_url, key, name)
             log.info("started vLLM for %s (%s) on port %d, GPU %s", name, model, port, gpu)
         for spec, key, proc, log_path in started:  # both load at once; wait for each
-            secs = vllm_serve.wait_ready(spec.base_url, key, proc, args.ready_timeout, log_path)
-            log.info("%s ready after %.0f s", spec.served_name, secs)
+            name = spec.served_model_name
+            secs = vllm.wait_ready(f"{spec.base_url}/models", key, proc, args.ready_timeout, log_path, name=name)
+            log.info("%s ready after %.0f s", name, secs)
         answers = {
             name: evaluation.answer_all(endpoints[name], items, args.max_tokens, args.concurrency)
             for name in ("base", "trained")

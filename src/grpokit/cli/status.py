@@ -23,7 +23,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
-from grpokit.results.status_table import collect_rows, render_table, row_json
+from grpokit.reports.status_table import collect_rows, render_table, row_json
 from grpokit.run_folder.sweep import load_sweep
 
 log = logging.getLogger(__name__)

@@ -11,21 +11,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import secrets
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from grpokit.runtime import ports, procs
+from grpokit.runtime import ports
+from grpokit.serving import vllm
 
 log = logging.getLogger(__name__)
 
 #: Environment variable carrying each kind's client key (vLLM reads VLLM_API_KEY itself).
-KEY_ENV = {"vllm": "VLLM_API_KEY", "memory_server": "GRPOKIT_MEMORY_SERVER_KEY"}
+KEY_ENV = {"vllm": vllm.API_KEY_ENV, "memory_server": "GRPOKIT_MEMORY_SERVER_KEY"}
 
 
 class SidecarError(RuntimeError):
@@ -61,36 +58,6 @@ class Sidecar:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
-
-
-def _vllm_command(sc: Sidecar) -> list[str]:
-    s = sc.spec
-    cmd = [
-        sys.executable,
-        "-m",
-        "vllm.entrypoints.cli.main",
-        "serve",
-        str(s["model"]),
-        "--served-model-name",
-        str(s["served_model_name"]),
-        "--host",
-        sc.host,
-        "--port",
-        str(sc.port),
-        "--dtype",
-        str(s.get("dtype", "auto")),
-        "--max-model-len",
-        str(s.get("max_model_len", 2048)),
-        "--gpu-memory-utilization",
-        str(s.get("gpu_memory_utilization", 0.9)),
-        "--max-num-seqs",
-        str(s.get("max_num_seqs", 8)),
-        "--limit-mm-per-prompt",
-        '{"image":0,"video":0}',
-    ]
-    if s.get("enforce_eager", False):
-        cmd.append("--enforce-eager")
-    return cmd + [str(a) for a in s.get("extra_args", [])]
 
 
 def _memory_server_command(sc: Sidecar, others: dict[str, Sidecar]) -> list[str]:
@@ -137,7 +104,7 @@ def build_command(sc: Sidecar, others: dict[str, Sidecar]) -> list[str]:
         return cmd
     kind = sc.spec.get("kind")
     if kind == "vllm":
-        return _vllm_command(sc)
+        return vllm.VllmServe.from_sidecar(sc.spec, host=sc.host, port=sc.port).command()
     if kind == "memory_server":
         return _memory_server_command(sc, others)
     raise SidecarError(f"sidecar {sc.name}: unknown kind {kind!r} (vllm, memory_server, or give a command)")
@@ -156,7 +123,7 @@ def plan_sidecars(specs: dict[str, dict[str, Any]], *, host: str, log_dir: Path)
             spec=spec,
             host=host,
             port=port,
-            key=secrets.token_urlsafe(24),
+            key=vllm.new_key(),
             log_path=log_dir / f"{name}.log",
             internal_port_base=internal,
         )
@@ -170,55 +137,40 @@ def client_env(sidecars: dict[str, Sidecar]) -> dict[str, str]:
 
 def start(sc: Sidecar, others: dict[str, Sidecar], *, env: dict[str, str], cuda_devices: str | None) -> None:
     """Start one sidecar (not waiting for it); its key goes in its environment."""
-    env = dict(env)
     kind = sc.spec.get("kind")
-    env[KEY_ENV.get(kind, "GRPOKIT_SIDECAR_KEY")] = sc.key
+    env = vllm.server_env(
+        env,
+        sc.key,
+        key_env=KEY_ENV.get(kind, "GRPOKIT_SIDECAR_KEY"),
+        cuda_devices=cuda_devices,
+        internal_port_base=sc.internal_port_base,
+    )
     if kind == "memory_server":
         env["GRPOKIT_ANSWER_API_KEY"] = others[sc.spec["answer"]].key
-    if sc.internal_port_base:
-        env["VLLM_PORT"] = str(sc.internal_port_base)
-    if cuda_devices is not None:
-        env["CUDA_VISIBLE_DEVICES"] = cuda_devices
     cmd = build_command(sc, others)
     log.info("sidecar %s: %s", sc.name, " ".join(cmd))
-    sc.proc = procs.start(cmd, sc.log_path, env=env)
+    sc.proc = vllm.start(cmd, sc.log_path, env)
 
 
 def wait_ready(sc: Sidecar, timeout_s: float | None = None) -> float:
-    """Block until the sidecar answers its health check; returns the seconds waited.
+    """Block until the sidecar answers its health check (``spec.health_path``, default ``/health``);
+    returns the seconds waited (:func:`grpokit.serving.vllm.wait_ready`).
 
     Raises:
         SidecarError: the process exited (at once, with its log's tail) or the deadline passed.
     """
+    if sc.proc is None:
+        raise SidecarError(f"sidecar {sc.name} was not started")
     timeout_s = float(timeout_s or sc.spec.get("start_timeout_s", 600))
     url = sc.url + sc.spec.get("health_path", "/health")
-    start = time.monotonic()
-    headers = {"Authorization": f"Bearer {sc.key}"}
-    last_answer = ""  # the last non-200 health answer: a server that says why it is not ready
-    while True:
-        if not sc.alive():
-            code = sc.proc.returncode if sc.proc else None
-            raise SidecarError(
-                f"sidecar {sc.name} exited with {code} during start-up; "
-                f"last lines of {sc.log_path}:\n{procs.tail(sc.log_path)}"
-            )
-        try:
-            answer = httpx.get(url, headers=headers, timeout=2.0)
-            if answer.status_code == 200:
-                return time.monotonic() - start
-            last_answer = f"; its last health answer: HTTP {answer.status_code} {answer.text[:500]}"
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() - start > timeout_s:
-            raise SidecarError(
-                f"sidecar {sc.name} not ready at {url} after {timeout_s:.0f} s (process alive){last_answer}; "
-                f"last lines of {sc.log_path}:\n{procs.tail(sc.log_path)}"
-            )
-        time.sleep(0.25)
+    try:
+        return vllm.wait_ready(url, sc.key, sc.proc, timeout_s, sc.log_path, name=f"sidecar {sc.name}")
+    except vllm.ServerError as exc:
+        raise SidecarError(str(exc)) from None
 
 
 def stop(sidecars: dict[str, Sidecar], grace_s: float) -> None:
-    """Stop every sidecar's process tree (SIGTERM, then SIGKILL after ``grace_s``)."""
+    """Stop every sidecar's process tree (SIGTERM, then SIGKILL after ``grace_s``), the last started first."""
     for sc in reversed(list(sidecars.values())):
         if sc.proc is not None:
-            procs.stop_tree(sc.proc.pid, grace_s, name=f"sidecar {sc.name}")
+            vllm.stop(sc.proc, grace_s, name=f"sidecar {sc.name}")

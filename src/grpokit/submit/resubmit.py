@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 
 from grpokit.config.point import PointSpec
-from grpokit.results.summary import point_state
+from grpokit.reports.summary import point_state
 from grpokit.run_folder import write_json_atomic
 from grpokit.run_folder.claim import folder_state, open_existing
 from grpokit.run_folder.manifest import MANIFEST, read_manifest, replace_job_ids

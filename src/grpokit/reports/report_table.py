@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from grpokit.results.summary import (
+from grpokit.reports.summary import (
     REWARD_KEY,
     SCORE_KEY,
     gpu_hours,
@@ -45,11 +45,11 @@ def collect_report(sweep: Sweep, ask_slurm: bool = True, now: datetime | None = 
     """Summarise every point.
 
     Columns: ``index``, ``name``, each swept key, ``state``, ``attempts``, then
-    :func:`grpokit.results.summary.metrics_summary`'s keys (``last_step``, ``final_reward_mean``,
+    :func:`grpokit.reports.summary.metrics_summary`'s keys (``last_step``, ``final_reward_mean``,
     ``final_acc:<src>``, ``best_acc:<src>``, ``best_acc_step:<src>``, ``final_response_length``,
     ``final_clip_ratio``, ``mean_step_s``, ``mean_<part>_s``, ``tokens_per_s``,
     ``throughput_per_gpu``), then ``gpu_hours`` (attempts that held GPUs for training only), ``reason``
-    (:func:`grpokit.results.summary.point_reason`), ``job_id``, ``run_dir``.
+    (:func:`grpokit.reports.summary.point_reason`), ``job_id``, ``run_dir``.
     ask_slurm=False skips the Slurm client commands (state then comes from status.json only).
     """
     states = job_states([p.job_id for p in sweep.points if p.job_id]) if ask_slurm else {}

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from grpokit.results.report_table import SweepReport, first_acc_column  # noqa: E402
+from grpokit.reports.report_table import SweepReport, first_acc_column  # noqa: E402
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from grpokit.results.summary import last_reward, point_reason, point_state, val_acc_keys
+from grpokit.reports.summary import last_reward, point_reason, point_state, val_acc_keys
 from grpokit.run_folder.metrics import merge_attempts
 from grpokit.run_folder.status import attempt_elapsed_s
 from grpokit.run_folder.sweep import Point, Sweep
@@ -41,7 +41,7 @@ STATE_STYLE = {
 class StatusRow:
     """One point's line. Steps are verl global steps; elapsed_s sums all attempts (seconds);
     val_acc is the last ``val-core/<src>/acc/mean@1`` of the first data source (NaN when none);
-    reason: one line saying why the point is in its state (:func:`grpokit.results.summary.point_reason`)."""
+    reason: one line saying why the point is in its state (:func:`grpokit.reports.summary.point_reason`)."""
 
     index: int
     name: str

@@ -12,13 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from grpokit.run_folder.layout import CHECKPOINTS, HF_DIR
 from grpokit.runtime.checkpoints import CheckpointInfo, inspect_checkpoint, list_checkpoints
 
 log = logging.getLogger(__name__)
-
-CHECKPOINTS = "checkpoints"
-HF_DIR = "hf"
-
 
 class CheckpointError(RuntimeError):
     """No usable checkpoint: the message lists what is missing and how to proceed."""

@@ -48,6 +48,7 @@ from grpokit.runtime import (
     compile_cache,
     completion,
     control,
+    kernels,
     procs,
     pruning,
     ray_cluster,
@@ -194,6 +195,7 @@ class Driver:
             # After a stop signal only Slurm's KillWait is left: the check is not waited for (the
             # trainer will not start in this attempt).
             pool.shutdown(wait=self.stop_signal is None)
+        kernels.check_node(self.spec)  # a kernel this node cannot train with: one line, before the trainer
         cmd = trainer.command(self.spec, self._sidecar_overrides())
         trainer.write_command_file(
             self.run_dir / "verl_cmd.sh", cmd, list(trainer.environment(self.run_dir, self.attempt_dir))

@@ -77,3 +77,28 @@ def test_in_file_reads_the_log_and_is_none_when_missing(tmp_path: Path) -> None:
     log.write_text(ENGINE_DIED, encoding="utf-8")
     assert first_error_in_file(log) == "ModuleNotFoundError: No module named 'flashinfer'"
     assert first_error_in_file(tmp_path / "absent.log") is None
+
+
+# The end of trainer.log when verl's actor died in its first old-log-prob pass (one H200,
+# 2026-12-01, fused logits with padding kept): Ray wraps the worker's error in RayTaskError(...).
+RAY_WRAPPED = """\
+Traceback (most recent call last):
+  File "/root/site/verl/trainer/main_ppo.py", line 184, in main
+    run_ppo(config, task_runner_class=TaskRunnerV1)
+  File "/root/site/ray/_private/worker.py", line 1053, in get_objects
+    raise value.as_instanceof_cause()
+ray.exceptions.RayTaskError(IndexError): ray::TaskRunnerV1.run() (pid=11147, ip=192.0.2.2, actor_id=1842bed5)
+           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "/root/site/verl/trainer/main_ppo.py", line 155, in run
+    self.trainer.fit(self.agent_loop_manager)
+ray.exceptions.RayTaskError(IndexError): ray::WorkerDict.actor_rollout_ref_compute_log_prob() (pid=12323)
+  File "/root/site/verl/workers/engine/fsdp/transformer_impl.py", line 1462, in prepare_model_outputs
+    arange = torch.arange(output.log_probs.shape[1], device=output.log_probs.device)
+                          ~~~~~~~~~~~~~~~~~~~~~~^^^
+IndexError: tuple index out of range
+Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.
+"""
+
+
+def test_rays_task_error_wrapper_gives_the_workers_own_exception() -> None:
+    assert first_error(RAY_WRAPPED.splitlines()) == "IndexError: tuple index out of range"

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from grpokit.reports.summary import point_state
-from grpokit.run_folder import now, read_status, write_json_atomic
+from grpokit.run_folder import RunFolder, now, read_status, write_json_atomic
 from grpokit.run_folder.claim import folder_state, open_existing
 from grpokit.run_folder.sweep import load_sweep
 from grpokit.slurm.states import job_states
@@ -92,8 +92,8 @@ def cancel(sweep_dir: Path, wanted: list[str], dry_run: bool = False, out=sys.st
         claim.record("cancel", [p.name for p, _ in todo], ids, by="user")
     time.sleep(1.0)  # Slurm has removed a pending task from the queue by now
     for p, state in todo:
-        if state == "queued" and (read_status(p.run_dir) or {}).get("state") == "pending":
-            path = Path(p.run_dir) / "status.json"
+        if state == "queued" and read_status(p.run_dir).get("state") == "pending":
+            path = RunFolder(p.run_dir).status
             if not path.exists():  # never started: no driver will write its outcome
                 write_json_atomic(
                     path,

@@ -45,13 +45,18 @@ STACKS_DIR = "stacks"
 
 
 @dataclass(frozen=True)
-class SweepFolder:
-    """``logs/<sweep_name>/``: path is the folder (it need not exist yet)."""
+class _Folder:
+    """A folder of the contract; ``path`` (str or Path) is kept as a Path. It need not exist yet."""
 
     path: Path
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path))
+
+
+@dataclass(frozen=True)
+class SweepFolder(_Folder):
+    """``logs/<sweep_name>/``."""
 
     @property
     def manifest(self) -> Path:
@@ -71,13 +76,8 @@ class SweepFolder:
 
 
 @dataclass(frozen=True)
-class AttemptFolder:
+class AttemptFolder(_Folder):
     """``<run folder>/attempts/<k>/``: one start of the job (k = 1, 2, ...)."""
-
-    path: Path
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "path", Path(self.path))
 
     @property
     def number(self) -> int:
@@ -95,13 +95,8 @@ class AttemptFolder:
 
 
 @dataclass(frozen=True)
-class RunFolder:
-    """``logs/<sweep_name>/<NNN>_<slug>/``: one point's folder (it need not exist yet)."""
-
-    path: Path
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "path", Path(self.path))
+class RunFolder(_Folder):
+    """``logs/<sweep_name>/<NNN>_<slug>/``: one point's folder."""
 
     point = property(lambda self: self.path / POINT)
     verl_cmd = property(lambda self: self.path / VERL_CMD)

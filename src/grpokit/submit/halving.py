@@ -260,10 +260,10 @@ def start(sweep_dir: Path, specs: list[PointSpec], plan: HalvingPlan) -> str:
 
 def _prune(run_dir: Path, reason: str, halving: dict[str, Any]) -> None:
     """Mark a point that completed its rung ``pruned`` (a final state) with the reason."""
-    from grpokit.run_folder import now, write_json_atomic
+    from grpokit.run_folder import RunFolder, now, read_status, write_json_atomic
 
-    path = Path(run_dir) / "status.json"
-    status = json.loads(path.read_text())
+    path = RunFolder(run_dir).status
+    status = read_status(run_dir)
     status.update(state="pruned", reason=reason, halving=halving, updated=now())
     write_json_atomic(path, status)
 
@@ -272,7 +272,7 @@ def advance(sweep_dir: Path, stage: int) -> dict[str, Any]:
     """The controller of ``stage``: rank, prune, resubmit the kept with the next target, submit the
     next controller. Returns the stage's record. Runs once per stage: a second run (a requeue of
     the controller) finds ``halving.json`` past the stage and does nothing."""
-    from grpokit.run_folder import now, write_json_atomic
+    from grpokit.run_folder import now, read_status, write_json_atomic
     from grpokit.run_folder.claim import open_existing
     from grpokit.run_folder.manifest import MANIFEST, read_manifest, replace_job_ids
     from grpokit.runtime import resubmission
@@ -294,7 +294,7 @@ def advance(sweep_dir: Path, stage: int) -> dict[str, Any]:
         key_used = plan.metric
         for name in record["points"]:
             run_dir = Path(entries[name]["run_dir"])
-            status = json.loads((run_dir / "status.json").read_text()) if (run_dir / "status.json").exists() else {}
+            status = read_status(run_dir)
             if status.get("state") != "completed" or status.get("last_step") != target:
                 out[name] = str(status.get("state") or "pending")
                 continue

@@ -12,7 +12,7 @@
 # WORK_DIR defaults to /tmp/grpokit-smoke.
 #
 # Needs: a CUDA GPU, the training stack importable by $PYTHON (verl 0.9.1 + vLLM + Ray; on the
-# offline GPU host: PYTHONPATH=<bundle target>:$PWD/launch), rank_bm25 for the memory server, and
+# offline GPU host: PYTHONPATH=<bundle target>:$PWD/src), rank_bm25 for the memory server, and
 # $GRPOKIT_SHARED_DATA holding gsm8k/{train,test}.jsonl and nlu/ (default ../shared/data).
 # Run from the repository root.
 #
@@ -54,7 +54,7 @@ PHASES=${SMOKE_PHASES:-$ALL_PHASES}
 ROLLOUT_MEM=${SMOKE_ROLLOUT_MEM:-0.1}
 mkdir -p "$W"
 W=$(cd "$W" && pwd)
-export PYTHONPATH=$PWD/launch${PYTHONPATH:+:$PYTHONPATH} # the kit's package grpokit
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} # the kit (src layout) without installing it
 P=$W/phases     # NAME.start (epoch s), NAME.end ("rc wall_s"), NAME.note (the check's last "ok" line)
 L=$W/phase_logs # NAME.log
 EVENTS=$W/events.log

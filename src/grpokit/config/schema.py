@@ -275,6 +275,11 @@ class RuntimeConf(_Section):
     # Time-limit (and hang) requeues allowed per point since its last resubmission; preemptions are
     # not bounded.
     max_timeout_requeues: int = 3
+    # Automatic retries of a crashed point (its trainer exited non-zero by itself) since its last
+    # resubmission, each on other nodes (grpokit.runtime.retry); 0: no retry.
+    max_retries: int = 1
+    # Seconds before the first retry, doubled for each retry already made.
+    retry_backoff_s: float = 60
     # Automatic retries of a crashed point (its trainer exited non-zero by itself; not time-outs or
     # preemptions) since its last resubmission: each on other nodes than the crashes before it
     # (ExcNodeList), after retry_backoff_s x 2^k seconds; the same crash (error class) twice on
@@ -349,7 +354,16 @@ class RuntimeConf(_Section):
                     "set runtime.max_timeout_requeues >= 0 (0: a time-out fails the point)",
                 )
             )
-        for key in ("ray_start_timeout_s", "kill_grace_s", "save_deadline_s"):
+        if not isinstance(self.max_retries, int) or self.max_retries < 0:
+            out.append(
+                _problem(
+                    point,
+                    "runtime.max_retries",
+                    f"{self.max_retries} is negative",
+                    "set runtime.max_retries >= 0 (0: a crash fails the point)",
+                )
+            )
+        for key in ("ray_start_timeout_s", "kill_grace_s", "save_deadline_s", "retry_backoff_s"):
             if not _is_number(getattr(self, key)) or getattr(self, key) < 0:
                 out.append(
                     _problem(point, f"runtime.{key}", f"{getattr(self, key)} is negative", f"set runtime.{key} >= 0")

@@ -280,12 +280,6 @@ class RuntimeConf(_Section):
     max_retries: int = 1
     # Seconds before the first retry, doubled for each retry already made.
     retry_backoff_s: float = 60
-    # Automatic retries of a crashed point (its trainer exited non-zero by itself; not time-outs or
-    # preemptions) since its last resubmission: each on other nodes than the crashes before it
-    # (ExcNodeList), after retry_backoff_s x 2^k seconds; the same crash (error class) twice on
-    # different nodes stops retrying (grpokit.runtime.retry). 0: no retry.
-    max_retries: int = 1
-    retry_backoff_s: float = 60
     # Seconds given to the trainer to finish its step and write a checkpoint after a stop request.
     save_deadline_s: float = 900
     # No-progress watchdog (grpokit.runtime.watchdog): a trainer without a new step for

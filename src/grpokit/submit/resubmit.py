@@ -14,7 +14,7 @@ from pathlib import Path
 from grpokit.config.point import PointSpec
 from grpokit.reports.summary import point_state
 from grpokit.run_folder import write_json_atomic
-from grpokit.run_folder.claim import folder_state, open_existing
+from grpokit.run_folder.claim import Claim, folder_state, open_existing
 from grpokit.run_folder.manifest import MANIFEST, read_manifest, replace_job_ids
 from grpokit.run_folder.sweep import load_sweep
 from grpokit.runtime import resubmission
@@ -53,7 +53,7 @@ def resubmit(sweep_dir: Path, states: tuple[str, ...] = DEFAULT_STATES, dry_run:
         return _resubmit_locked(claim, states, dry_run)
 
 
-def _resubmit_locked(claim, states: tuple[str, ...], dry_run: bool) -> list[dict]:
+def _resubmit_locked(claim: Claim, states: tuple[str, ...], dry_run: bool) -> list[dict]:
     sweep_dir = claim.path
     manifest = read_manifest(sweep_dir)
     chosen = dict(select(sweep_dir, states))
@@ -61,17 +61,42 @@ def _resubmit_locked(claim, states: tuple[str, ...], dry_run: bool) -> list[dict
     if not entries or dry_run:
         return entries
     specs = [PointSpec.from_json((Path(p["run_dir"]) / "point.json").read_text()) for p in entries]
-    for p in entries:
-        # the explicit permission for a point in a final state to run again (its driver refuses otherwise)
-        resubmission.request(Path(p["run_dir"]))
-    cluster = specs[0].cluster
-    if cluster.get("kind") == "slurm":
-        # as the sweep submits: arrays of at most MaxArraySize, a refusal is one line (exit 2)
-        new_ids: list[str | None] = list(submit_slurm(sweep_dir, specs, cluster))
-    else:
+    _, changed = submit_again(claim, specs, chosen, how="resubmit")
+    if specs[0].cluster.get("kind") != "slurm":
         run_local(specs)
-        new_ids = [None] * len(specs)
-    replace_job_ids(manifest, {e["index"]: (j, chosen[e["index"]]) for e, j in zip(entries, new_ids, strict=True)})
+    return changed
+
+
+def submit_again(
+    claim: Claim, specs: list[PointSpec], replaced: dict[int, str], *, how: str
+) -> tuple[list[str | None], list[dict]]:
+    """Submit points of an existing sweep again: the one path of ``resume=true`` and ``grpokit resubmit``.
+
+    Each point gets the permission to run again (``resubmission.json``: its driver refuses a final
+    point otherwise), then goes out as the sweep submits (:func:`grpokit.submit.sweep.submit_slurm`:
+    arrays of at most ``MaxArraySize``; a refusal is one line and exit 2, the folder unchanged). The
+    manifest records the new ids with the replaced ones in each entry's ``history``, and
+    ``submissions.jsonl`` one line (``how``, the points, their ids, what each replaced). A local
+    sweep's points are not run here: the caller runs them (``run_local``).
+
+    Args:
+        claim: the sweep folder, held (``open_existing``).
+        specs: the points, in the order submitted.
+        replaced: ``{point index: the state it is resubmitted from}`` for every point of ``specs``.
+        how: ``"resume"`` or ``"resubmit"`` (the submissions.jsonl kind).
+
+    Returns:
+        Each point's new Slurm id (None for a local sweep), and the manifest entries changed.
+    """
+    sweep_dir = claim.path
+    for spec in specs:
+        resubmission.request(Path(spec.run_dir))
+    if specs[0].cluster.get("kind") == "slurm":
+        job_ids: list[str | None] = list(submit_slurm(sweep_dir, specs, specs[0].cluster))
+    else:
+        job_ids = [None] * len(specs)
+    manifest = read_manifest(sweep_dir)
+    changed = replace_job_ids(manifest, {s.index: (j, replaced[s.index]) for s, j in zip(specs, job_ids, strict=True)})
     write_json_atomic(sweep_dir / MANIFEST, manifest)
-    claim.record("resubmit", [e["name"] for e in entries], new_ids)
-    return entries
+    claim.record(how, [s.name for s in specs], job_ids, replaced={s.name: replaced[s.index] for s in specs})
+    return job_ids, changed

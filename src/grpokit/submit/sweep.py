@@ -16,7 +16,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpokit.config.point import PointSpec, build_point, kit_notices
 from grpokit.paths import CONFIG_DIR
-from grpokit.run_folder import write_json_atomic
 from grpokit.run_folder.claim import (
     Claim,
     SweepFolderError,
@@ -27,8 +26,7 @@ from grpokit.run_folder.claim import (
     is_generated,
 )
 from grpokit.run_folder.claim import claim as claim_folder
-from grpokit.run_folder.manifest import MANIFEST, read_manifest, replace_job_ids, write_manifest
-from grpokit.runtime import resubmission
+from grpokit.run_folder.manifest import read_manifest, write_manifest
 from grpokit.submit import resume as resume_mod
 from grpokit.submit import snapshot
 from grpokit.submit.task import RunPointTask
@@ -348,18 +346,10 @@ def resume_sweep(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], 
     if not todo:
         print(f"resume: settings match; nothing to resubmit in {sweep_dir} (points: {left})")
         return [_job_return(s, None) for s in specs]
-    manifest = read_manifest(sweep_dir)
+    from grpokit.submit.resubmit import submit_again  # it submits through submit_slurm, below
+
     before = attempt_counts(todo)
-    for spec in todo:
-        # the explicit permission for a point in a final state to run again (its driver refuses otherwise)
-        resubmission.request(Path(spec.run_dir))
-    if cluster.get("kind") == "slurm":
-        job_ids: list[str | None] = list(submit_slurm(sweep_dir, todo, cluster))
-    else:
-        job_ids = [None] * len(todo)
-    replace_job_ids(manifest, {s.index: (j, chosen[s.index]) for s, j in zip(todo, job_ids, strict=True)})
-    write_json_atomic(sweep_dir / MANIFEST, manifest)
-    claim.record("resume", [s.name for s in todo], job_ids, replaced={s.name: chosen[s.index] for s in todo})
+    job_ids, _ = submit_again(claim, todo, chosen, how="resume")
     claim.release()
     what = ", ".join(f"{s.name} ({chosen[s.index]})" for s in todo)
     if cluster.get("kind") != "slurm":

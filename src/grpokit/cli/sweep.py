@@ -22,25 +22,25 @@ from grpokit.paths import CONFIG_DIR
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base=None)
 def main(cfg: DictConfig) -> None:
-    # Only reached without -m: a single point, launched like a one-point sweep.
-    from hydra.core.hydra_config import HydraConfig
+    # Never reached: every command is a Hydra multirun (a command without -m is a one-point sweep,
+    # see `entry`), and the kit's launcher validates and submits points instead of calling this.
+    raise SystemExit("grpokit sweep: --run is not supported; every command is a sweep (-m is optional)")
 
-    from grpokit.submit.sweep import launch_sweep
 
-    class _Ctx:  # the compose API stands in for Hydra's sweep loader on this path
-        class config_loader:  # noqa: N801
-            @staticmethod
-            def load_sweep_config(_base, overrides):
-                return cfg
+#: Hydra's flags that choose what the command does (one at most); without any, the command sweeps.
+_MODE_FLAGS = ("-m", "--multirun", "-r", "--run", "-c", "--cfg", "-i", "--info", "-sc", "--shell-completion")
 
-    from grpokit.validate import SweepValidationError
 
-    overrides = list(HydraConfig.get().overrides.task)
-    try:
-        launch_sweep(cfg, _Ctx, [overrides], 0)
-    except SweepValidationError as exc:  # a point that cannot even be built (before validation)
-        print(exc, file=sys.stderr)
-        raise SystemExit(2) from None
+def as_sweep(argv: list[str]) -> list[str]:
+    """``argv`` with ``-m`` added when it names no mode: one point goes through the same launcher as a sweep.
+
+    Hydra runs a command without ``-m`` as a single job in its own process instead of handing it
+    to a launcher; the kit's checks, manifest and Slurm submission live in its launcher
+    (:mod:`hydra_plugins.grpokit_launcher`), so a single point is a sweep of one point.
+    """
+    if any(a in _MODE_FLAGS or a.startswith(("--cfg=", "--info=")) for a in argv):
+        return argv
+    return ["-m", *argv]
 
 
 def preflight(argv: list[str]) -> list[str]:
@@ -107,7 +107,7 @@ def entry(argv: list[str] | None = None) -> int:
         return 0
     if "--resolve" in args and any(a in ("--cfg", "-c") for a in args) and "hydra" not in args and "all" not in args:
         return show_resolved(args)
-    sys.argv[1:] = preflight(args)
+    sys.argv[1:] = as_sweep(preflight(args))
     from grpokit.config import store
 
     store.register()  # verl's defaults in Hydra's config store (imports verl: after --help)

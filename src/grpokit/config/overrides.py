@@ -8,8 +8,10 @@ each as ``key=value`` in Hydra's override grammar; a key verl does not have (``o
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -49,9 +51,10 @@ def _leaves(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
         yield prefix[:-1], node
 
 
-def flat_base() -> dict[str, Any]:
-    """verl's defaults as ``{dotted.key: unresolved value}``."""
-    return dict(_leaves(OmegaConf.to_container(verl_base(), resolve=False)))
+@functools.lru_cache(maxsize=1)
+def flat_base() -> Mapping[str, Any]:
+    """verl's defaults as ``{dotted.key: unresolved value}`` (read-only; computed once per process)."""
+    return MappingProxyType(dict(_leaves(OmegaConf.to_container(verl_base(), resolve=False))))
 
 
 def verl_overrides(cfg: DictConfig) -> list[str]:

@@ -6,7 +6,6 @@ installed wheel with Hydra's compose API, so a verl upgrade changes the schema i
 
 from __future__ import annotations
 
-import copy
 import functools
 import logging
 import os
@@ -70,17 +69,23 @@ def apply_overrides(overrides: list[str]) -> DictConfig:
     """verl's config with ``overrides`` applied to a copy of :func:`verl_base`.
 
     The same result as :func:`compose_verl` for overrides of values (the kit never switches verl's
-    config groups) at a fraction of the cost: Hydra's own parser and override step run, the defaults
-    list is not rebuilt. This is what makes validating hundreds of points before a submission quick.
-    ``tests/unit/test_config_points.py`` checks both paths agree.
+    config groups) at a fraction of the cost: Hydra's own parser and override step run
+    (:mod:`grpokit.config.override_step`), the defaults list is not rebuilt, and the copy is an
+    unpickling, not a deep copy. This is what makes validating hundreds of points before a
+    submission quick. ``tests/unit/test_config_points.py`` checks both paths agree.
 
     Raises:
         hydra.errors.ConfigCompositionException: as :func:`compose_verl`.
     """
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from grpokit.config import override_step
 
-    parsed = OverridesParser.create().parse_overrides(list(overrides))
-    cfg = copy.deepcopy(verl_base())
-    ConfigLoaderImpl._apply_overrides_to_config(parsed, cfg)
+    cfg = _verl_template().copy()
+    override_step.apply(cfg, overrides)
     return cfg
+
+
+@functools.lru_cache(maxsize=1)
+def _verl_template():
+    from grpokit.config.override_step import Template
+
+    return Template(verl_base())

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import copy
+import contextlib
 import logging
+import re
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from typing import Any, NoReturn
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf
 
+from grpokit.config.override_step import cached_interpolation_parsing
 from grpokit.config.point import PointSpec, build_point, kit_notices
 from grpokit.paths import CONFIG_DIR
 from grpokit.run_folder.claim import (
@@ -55,15 +57,37 @@ def swept_keys(job_overrides: list[list[str]]) -> list[str]:
     return [k for k in order if len(values[k]) > 1]
 
 
-def build_points(config: DictConfig, load, job_overrides: list[list[str]], first_index: int = 0) -> list[PointSpec]:
-    """One :class:`PointSpec` per point; ``load(overrides)`` composes a point's kit config."""
+def build_points(
+    config: DictConfig, load, job_overrides: list[list[str]], first_index: int = 0, name: str | None = None
+) -> list[PointSpec]:
+    """One :class:`PointSpec` per point; ``load`` composes a point's kit config (:class:`PointLoader`,
+    or any ``load(overrides) -> DictConfig``); ``name``: the sweep's name, set on every point.
+
+    Raises:
+        SweepValidationError: a point does not compose (a value that does not fit its key), named.
+    """
     keys = swept_keys(job_overrides)
-    specs = []
-    for i, overrides in enumerate(job_overrides):
-        cfg = load(overrides)
-        swept = dict(_parse(o) for o in overrides if _parse(o)[0] in keys)
-        specs.append(build_point(cfg, index=first_index + i, kit_overrides=overrides, swept=swept))
-    return specs
+    with cached_interpolation_parsing():  # every point resolves the same ${...} texts of verl's config
+        return [_build(load, overrides, first_index + i, keys, name) for i, overrides in enumerate(job_overrides)]
+
+
+def _build(load, overrides: list[str], index: int, keys: list[str], name: str | None) -> PointSpec:
+    from hydra.errors import HydraException
+
+    point = load.point(overrides) if isinstance(load, PointLoader) else contextlib.nullcontext(None)
+    try:
+        with point as cfg:
+            cfg = load(overrides) if cfg is None else cfg
+            if name is not None:  # run folders and checkpoints follow the claimed folder's name
+                cfg.sweep_name = name
+            swept = dict(_parse(o) for o in overrides if _parse(o)[0] in keys)
+            return build_point(cfg, index=index, kit_overrides=overrides, swept=swept)
+    except HydraException as exc:  # Hydra's override step refused one of this point's values
+        text = str(exc).splitlines()[0]
+        named = re.search(r"'([^']+)'", text)
+        key = named.group(1) if named else ", ".join(f"{k}={v}" for k, v in map(_parse, overrides) if k in keys)
+        fix = "give the key a value of its type, or check its name (grpokit sweep --help)"
+        raise SweepValidationError([Problem(f"point {index}", key, text, fix)]) from None
 
 
 def check_picklable(specs: list[PointSpec]) -> None:
@@ -141,32 +165,70 @@ def run_local(specs: list[PointSpec]) -> list[int]:
     return codes
 
 
-def point_loader(full_load, first: list[str]):
-    """``load(overrides) -> kit config`` that composes the first point fully and derives the others.
+class PointLoader:
+    """Composes a sweep's points: the first fully (Hydra's defaults list), the others from it.
 
     A point that differs from the first only in values (not in config groups such as
-    ``experiment=``) is the first point's config with its own values applied by Hydra's override
-    step; composing the whole defaults list again per point made validation of large sweeps slow.
+    ``experiment=``, nor in ``hydra.*``) is the first point's config with its own values applied
+    by Hydra's override step (:mod:`grpokit.config.override_step`); composing the whole defaults
+    list again per point (about a second each: the kit's config holds verl's complete one) made
+    validation of large sweeps slow. ``tests/unit/test_config_points.py`` checks both give equal configs.
+
+    ``loader(overrides)`` returns a new, independent config; ``with loader.point(overrides) as cfg``
+    gives one valid inside the block only, without copying the whole config (what the sweep uses).
+
+    Raises:
+        hydra.errors.ConfigCompositionException: a point does not compose, in Hydra's words.
     """
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    parser = OverridesParser.create()
-    base = full_load(first)
-    groups = {p.name for p in CONFIG_DIR.iterdir() if p.is_dir()}
+    def __init__(self, full_load, first: list[str]) -> None:
+        from grpokit.config import override_step
 
-    def load(overrides: list[str]) -> DictConfig:
+        self._full_load = full_load
+        self._first = set(first)
+        self._groups = {p.name for p in CONFIG_DIR.iterdir() if p.is_dir()}
+        composed = full_load(first)
+        self._template = override_step.Template(composed)
+        self._workspace = override_step.Workspace(composed, first)
+
+    def _diff(self, overrides: list[str]) -> list[str] | None:
+        """This point's overrides that differ from the first's, or None when one picks a config group."""
+        from grpokit.config import override_step
+
         # `+key=v` of this point adds a key the first point added too: on its config it is a
         # force-add (`++`), as composing this point from scratch would have made it.
-        diff = ["+" + o if o.startswith("+") and not o.startswith("++") else o for o in overrides if o not in first]
-        parsed = parser.parse_overrides(diff)
-        if any(o.key_or_group.split("/")[0] in groups or o.key_or_group.startswith("hydra") for o in parsed):
-            return full_load(overrides)
-        cfg = copy.deepcopy(base)
-        ConfigLoaderImpl._apply_overrides_to_config(parsed, cfg)
+        diff = [
+            "+" + o if o.startswith("+") and not o.startswith("++") else o for o in overrides if o not in self._first
+        ]
+        parsed = override_step.parse(diff)
+        if any(o.key_or_group.split("/")[0] in self._groups or o.key_or_group.startswith("hydra") for o in parsed):
+            return None
+        return diff
+
+    def __call__(self, overrides: list[str]) -> DictConfig:
+        from grpokit.config import override_step
+
+        diff = self._diff(overrides)
+        if diff is None:
+            return self._full_load(overrides)
+        cfg = self._template.copy()
+        override_step.apply(cfg, diff)
         return cfg
 
-    return load
+    @contextlib.contextmanager
+    def point(self, overrides: list[str]):
+        """The point's config, valid inside the ``with`` block (the first point's values are put back after)."""
+        delta = self._workspace.delta(overrides) if self._diff(overrides) is not None else None
+        if delta is None:  # another key set, a deletion or a config group: composed on its own
+            yield self(overrides)
+            return
+        with self._workspace.point(delta) as cfg:
+            yield cfg
+
+
+def point_loader(full_load, first: list[str]) -> PointLoader:
+    """``load(overrides) -> kit config`` that composes the first point fully and derives the others."""
+    return PointLoader(full_load, first)
 
 
 def sweep_options(first: DictConfig, job_overrides: list[list[str]]) -> dict[str, Any]:
@@ -196,17 +258,6 @@ def sweep_options(first: DictConfig, job_overrides: list[list[str]]) -> dict[str
 _COMMAND_KEYS = ("sweep_name", "resume", "dry_run", "wait", "logs_root")
 
 
-def _named(load, name: str):
-    """``load`` with the sweep's final name set, so run folders and checkpoints follow the claim."""
-
-    def named(overrides: list[str]) -> DictConfig:
-        cfg = load(overrides)
-        cfg.sweep_name = name
-        return cfg
-
-    return named
-
-
 def _refuse(message: str, code: int = 2) -> NoReturn:
     print(message, file=sys.stderr)
     raise SystemExit(code)
@@ -226,7 +277,7 @@ def launch_sweep(
         check_before_validation(opts["logs_root"] / opts["name"], resume=opts["resume"], generated=opts["generated"])
     except SweepFolderError as exc:
         _refuse(str(exc))
-    specs = build_points(config, _named(load, opts["name"]), job_overrides, first_index)
+    specs = build_points(config, load, job_overrides, first_index, name=opts["name"])
     try:
         validate_points(specs)
         check_picklable(specs)
@@ -240,7 +291,7 @@ def launch_sweep(
 
     def rebuild(name: str) -> list[PointSpec]:
         log.info("sweep folder %s was taken; this sweep is %s", opts["name"], name)
-        return build_points(config, _named(load, name), job_overrides, first_index)
+        return build_points(config, load, job_overrides, first_index, name=name)
 
     if opts["dry_run"]:
         return dry_run(opts, specs, cluster, meta, rebuild)

@@ -24,32 +24,68 @@ def validate_point(spec: PointSpec) -> tuple[DictConfig | None, list[Problem]]:
     problems += verl_check.check_added_keys(spec)
     if cfg is None:
         return None, problems
-    problems += verl_check.run_validate_config(spec, cfg)
+    return cfg, problems + _composed_checks(spec, cfg)
+
+
+def _composed_checks(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
+    """The checks that read verl's composed config of the point (they do not change it)."""
+    problems = verl_check.run_validate_config(spec, cfg)
     problems += kit_checks.check_files(spec, cfg)
     problems += kit_checks.check_lengths(spec, cfg)
     problems += model_checks.check_model(spec, cfg, kit_checks.download_hint(spec))
     problems += kit_checks.check_cluster(spec)
     problems += kit_checks.check_runtime(spec)
     problems += gpu_plan.check(spec, cfg)
-    return cfg, problems
+    return problems
 
 
-def validate_points(specs: list[PointSpec]) -> list[DictConfig]:
-    """Validate every point; raise one error listing all problems of all points.
+def validate_points(specs: list[PointSpec]) -> None:
+    """Validate every point (each as :func:`validate_point` does); raise one error listing all problems.
+
+    The first point's verl config is composed from verl's defaults; a point that differs from it only
+    in values is checked on that same config with its own values applied in place and the first
+    point's put back after (:class:`grpokit.config.override_step.Workspace`): no copy of verl's
+    complete config per point. A point whose values do not apply is composed on its own, so its
+    problem reads as :func:`validate_point` words it.
 
     Raises:
         SweepValidationError: at least one point has a problem (nothing may be submitted).
     """
-    problems: list[Problem] = []
-    cfgs = []
-    for spec in specs:
-        cfg, found = validate_point(spec)
-        problems += found
-        cfgs.append(cfg)
+    from grpokit.config.override_step import cached_interpolation_parsing
+
+    with cached_interpolation_parsing():  # every point resolves the same ${...} texts of verl's config
+        problems = _validate_each(specs)
     problems += check_sweep(specs)
     if problems:
         raise SweepValidationError(problems)
-    return cfgs
+
+
+def _validate_each(specs: list[PointSpec]) -> list[Problem]:
+    from grpokit.config.override_step import Workspace
+    from grpokit.config.overrides import flat_base
+
+    problems: list[Problem] = []
+    workspace: Workspace | None = None
+    for spec in specs:
+        delta = workspace.delta(spec.verl_overrides) if workspace is not None else None
+        if delta is None:
+            cfg, found = validate_point(spec)
+            if workspace is None and cfg is not None:
+                # its checks are done: the workspace may own it; verl's raw defaults for keys a point leaves out
+                workspace = Workspace(cfg, spec.verl_overrides, defaults=flat_base())
+            problems += found
+            continue
+        try:
+            applied = workspace.point(delta)
+            cfg = applied.__enter__()
+        except Exception:  # a value that does not fit its key: composed alone, for verl_check's wording
+            problems += validate_point(spec)[1]
+            continue
+        try:
+            problems += verl_check.check_added_keys(spec) + _composed_checks(spec, cfg)
+        finally:
+            applied.__exit__(None, None, None)
+    return problems
 
 
 def check_sweep(specs: list[PointSpec]) -> list[Problem]:
@@ -70,7 +106,7 @@ def check_sweep(specs: list[PointSpec]) -> list[Problem]:
             )
     requests: dict[str, list[PointSpec]] = {}
     for spec in specs:
-        requests.setdefault(json.dumps(spec.cluster, sort_keys=True, default=str), []).append(spec)
+        requests.setdefault(json.dumps(dict(spec.cluster), sort_keys=True, default=str), []).append(spec)
     for group in requests.values():
         found = slurm_request.check_request(group[0].cluster, name=group[0].sweep_name, num_points=len(group))
         if len(requests) > 1:

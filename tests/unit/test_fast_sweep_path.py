@@ -1,0 +1,95 @@
+"""The sweep's fast path (one config per sweep, each point's values applied in place) equals composing
+every point on its own; what it changes in place is put back. Issue 14.5."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from grpokit.config.compose import compose_kit
+from grpokit.config.override_step import Workspace, cached_interpolation_parsing
+from grpokit.config.overrides import flat_base
+from grpokit.config.point import build_point
+from grpokit.config.verl_schema import apply_overrides
+
+
+def _plain(cfg):
+    return OmegaConf.to_container(cfg, resolve=False)
+
+
+def test_verl_workspace_points_equal_their_own_composition(base):
+    # 512 and 1 are verl's defaults for max_response_length / rollout.n in some points: those points
+    # leave the key out of their overrides (a key set other than the first point's)
+    points = [
+        [f"verl.data.max_response_length={r}", f"verl.actor_rollout_ref.rollout.n={n}", "verl.data.train_batch_size=8"]
+        for r in (256, 512, 1024)
+        for n in (1, 4)
+    ]
+    specs = [build_point(compose_kit([*base, *p]), index=i, kit_overrides=p, swept={}) for i, p in enumerate(points)]
+    first = apply_overrides(specs[0].verl_overrides)
+    before = _plain(first)
+    ws = Workspace(first, specs[0].verl_overrides, defaults=flat_base())
+    key_sets = {frozenset(o.split("=", 1)[0] for o in s.verl_overrides) for s in specs}
+    assert len(key_sets) > 1, "the grid must hold points that leave a key at verl's default"
+    for spec in specs:
+        delta = ws.delta(spec.verl_overrides)
+        assert delta is not None, spec.verl_overrides
+        with ws.point(delta) as cfg:
+            assert _plain(cfg) == _plain(apply_overrides(spec.verl_overrides)), spec.name
+    assert _plain(ws.cfg) == before  # the first point's values are back
+
+
+def test_workspace_restores_after_a_value_that_does_not_fit(base):
+    spec = build_point(compose_kit(base), index=0, kit_overrides=[], swept={})
+    first = apply_overrides(spec.verl_overrides)
+    before = _plain(first)
+    ws = Workspace(first, spec.verl_overrides, defaults=flat_base())
+    others = [o for o in spec.verl_overrides if not o.startswith("data.train_batch_size=")]
+    delta = ws.delta([*others, "data.train_batch_size=3"])
+    assert delta is not None and delta.texts == ["data.train_batch_size=3"]
+    delta.texts.append("data.train_batch_size.per_gpu=1")  # below an int: Hydra's override step refuses it
+    with pytest.raises(Exception, match="data.train_batch_size.per_gpu"), ws.point(delta):
+        pass
+    assert _plain(ws.cfg) == before
+
+
+def test_kit_points_from_the_loader_equal_their_full_composition(base):
+    from grpokit.submit.sweep import PointLoader
+
+    points = [[*base, f"verl.data.train_batch_size={b}", f"+runtime.env.PROFILE={p}"] for b, p in ((8, "a"), (16, "b"))]
+    points.append([*base, "verl.data.train_batch_size=32", "+runtime.env.PROFILE=c", "hardware=h200"])
+    loader = PointLoader(compose_kit, points[0])
+    for overrides in [*points, points[0]]:
+        with loader.point(overrides) as cfg:
+            fast, full = _plain(cfg), _plain(compose_kit(overrides))
+        fast.pop("hydra"), full.pop("hydra")  # Hydra's own bookkeeping (the override list) differs
+        assert fast == full
+
+
+def test_interpolation_parsing_cache_is_scoped_and_gives_the_same_values(base):
+    import omegaconf.base
+    import omegaconf.grammar_parser
+
+    cfg = compose_kit(base)
+    plain = OmegaConf.to_container(cfg.verl.data, resolve=True)
+    with cached_interpolation_parsing():
+        assert omegaconf.base.parse is not omegaconf.grammar_parser.parse
+        assert OmegaConf.to_container(cfg.verl.data, resolve=True) == plain
+        assert OmegaConf.to_container(cfg.verl.data, resolve=True) == plain
+    assert omegaconf.base.parse is omegaconf.grammar_parser.parse
+
+
+def test_a_sweep_with_one_bad_point_names_it_and_only_it(base):
+    from grpokit.submit.sweep import PointLoader, build_points
+    from grpokit.validate import SweepValidationError, validate_points
+
+    # verl's validate_config: train_batch_size x rollout.n must divide by the trainer's GPUs (2 here)
+    points = [
+        [*base, "cluster.gpus_per_node=2", f"verl.data.train_batch_size={b}", "verl.actor_rollout_ref.rollout.n=1"]
+        for b in (8, 7, 16)
+    ]
+    specs = build_points(None, PointLoader(compose_kit, points[0]), points)
+    with pytest.raises(SweepValidationError) as err:
+        validate_points(specs)
+    text = str(err.value)
+    assert specs[1].name in text and specs[0].name not in text and specs[2].name not in text

@@ -37,11 +37,6 @@ def project_dir() -> Path:
     return _checkout_root() or Path.cwd().resolve()
 
 
-#: The checkout (or project folder) at import time; ``project_dir()`` is the function to call.
-REPO_ROOT = project_dir()
-DEFAULT_LOGS_ROOT = REPO_ROOT / "logs"
-
-
 def package_file(relative: str) -> Path:
     """Absolute path of a file shipped inside the ``grpokit`` package (e.g. a tool config).
 

@@ -29,8 +29,7 @@ SERVED_NAME = "memalpha-answer-double"
 @pytest.fixture(scope="module")
 def memalpha_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Real NLU rows (../shared/data/nlu) built into memalpha parquet by the kit's own command."""
-    from grpokit.paths import REPO_ROOT
-
+    REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout: its launch/ shims
     shared = Path(os.environ.get("GRPOKIT_SHARED", REPO_ROOT.parent / "shared"))
     out = tmp_path_factory.mktemp("memalpha")
     cmd = [

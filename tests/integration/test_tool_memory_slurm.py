@@ -39,8 +39,7 @@ REFERENCE = [
 @pytest.fixture(scope="module")
 def tool_memory_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The task's rows, built by the kit's own command."""
-    from grpokit.paths import REPO_ROOT
-
+    REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout: its launch/ shims
     out = tmp_path_factory.mktemp("tool_memory")
     cmd = [
         sys.executable,

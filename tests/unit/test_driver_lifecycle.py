@@ -267,3 +267,40 @@ def test_second_attempt_resumes_and_logs_apart(tmp_path, signal_handlers):
     assert "attempt 1" in log1 and "attempt 2" not in log1
     assert len(logging.getLogger().handlers) <= handlers_before
     assert_closed(second, spec, signal_handlers)
+
+
+def test_a_real_trainer_process_tree_is_stopped_when_ray_dies(tmp_path, signal_handlers):
+    """The real trainer part (``TrainerProcess``: its own session, stopped as a tree): a trainer
+    that never ends by itself and has a child of its own is gone, child included, after the close."""
+    import psutil
+
+    child_pid = tmp_path / "child.pid"
+    script = (
+        "import subprocess, sys, time; "
+        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+        f"open({str(child_pid)!r}, 'w').write(str(c.pid)); time.sleep(600)"
+    )
+    spec = make_spec(tmp_path, trainer_cmd=["python", "-c", script])
+    ray = doubles.StandInRay()
+
+    def kill_ray_once_the_trainer_runs():
+        deadline = time.monotonic() + 60
+        while not child_pid.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        ray.clusters[0].kill()
+
+    threading.Thread(target=kill_ray_once_the_trainer_runs, name=f"{doubles.THREAD_PREFIX}killer", daemon=True).start()
+    parts = Parts(
+        validate=lambda _spec: (None, []),
+        start_ray=ray,
+        sidecars=doubles.StandInSidecars(),
+        host=doubles.StandInHost(),
+        poll_s=0.05,
+    )
+    driver = Driver(spec, parts)
+    assert driver.run() == 1
+    status = json.loads((Path(spec.run_dir) / "status.json").read_text())
+    assert (status["state"], status["attempts"][-1]["ended_by"]) == ("failed", "ray_failed")
+    trainer_pid, child = driver.trainer.pid, int(child_pid.read_text())
+    assert not psutil.pid_exists(trainer_pid) or psutil.Process(trainer_pid).status() == psutil.STATUS_ZOMBIE
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE

@@ -257,6 +257,21 @@ class _ClusterSchema(ClusterConf):
 
 
 @dataclasses.dataclass(kw_only=True)
+class _LocalClusterSchema:
+    """The Hydra schema of ``cluster=local``: the keys of :class:`ClusterConf` a workstation uses
+    (a Slurm key such as ``cluster.mem_gb`` there is refused: "add cluster=slurm")."""
+
+    # local: one point after another on this machine.
+    kind: str = "local"
+    # Nodes per point: 1 (verl's trainer.nnodes).
+    nodes: int = 1
+    # GPUs of this machine given to a point; verl's trainer.n_gpus_per_node less dedicated sidecars'.
+    gpus_per_node: int = 1
+    # CPUs given to Ray; null: every CPU of this machine.
+    cpus_per_task: int | None = None
+
+
+@dataclasses.dataclass(kw_only=True)
 class RuntimeConf(_Section):
     """``runtime.*``: how the in-job driver runs a point (grpokit.runtime.driver)."""
 
@@ -411,8 +426,9 @@ class SidecarConf(_Section):
 
 
 def register() -> None:
-    """Store the schemas in Hydra's ConfigStore as ``cluster/_schema`` and ``runtime/_schema``,
-    extended by ``configs/cluster/*.yaml`` and ``configs/config.yaml``.
+    """Store the schemas in Hydra's ConfigStore as ``cluster/_schema`` (``cluster/_local_schema``
+    for ``cluster=local``) and ``runtime/_schema``, extended by ``configs/cluster/*.yaml`` and
+    ``configs/config.yaml``.
 
     ``sidecars`` has no Hydra schema: OmegaConf cannot add a new entry (``+sidecars.x={...}``) to
     a mapping of dataclasses; each sidecar goes through :func:`sidecar_settings` instead.
@@ -421,6 +437,7 @@ def register() -> None:
 
     cs = ConfigStore.instance()
     cs.store(group="cluster", name="_schema", node=_ClusterSchema, provider="grpokit")
+    cs.store(group="cluster", name="_local_schema", node=_LocalClusterSchema, provider="grpokit")
     cs.store(group="runtime", name="_schema", node=RuntimeConf, provider="grpokit")
 
 

@@ -27,15 +27,8 @@ from grpokit.config.compose import compose_kit
 from grpokit.config.point import PointSpec, build_point
 from grpokit.run_folder.manifest import MANIFEST, write_manifest
 from grpokit.runtime.driver import run_point
+from grpokit.slurm.task import slurm_task_id
 from grpokit.validate import validate_point
-
-
-def slurm_display_id() -> str | None:
-    """This job's id as status.py asks Slurm about it: ``<array job>_<task>`` in an array, else the job id."""
-    env = os.environ
-    if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
-        return f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
-    return env.get("SLURM_JOB_ID")
 
 
 def claim_sweep_folder(spec: PointSpec, experiment: str) -> str | None:
@@ -54,7 +47,7 @@ def claim_sweep_folder(spec: PointSpec, experiment: str) -> str | None:
     write_manifest(
         sweep_dir,
         [spec],
-        [slurm_display_id()],
+        [slurm_task_id()],  # the id status.py asks Slurm about
         experiment=experiment,
         cluster=spec.cluster.kind,
         swept_keys=[],

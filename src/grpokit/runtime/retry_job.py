@@ -20,24 +20,13 @@ from grpokit.config.point import PointSpec
 from grpokit.runtime.first_error import first_error_in_file
 from grpokit.runtime.outcome import Outcome
 from grpokit.runtime.retry import CRASH, Decision, crash_kind, decide
+from grpokit.slurm.nodes import partition_node_count
+from grpokit.slurm.requeue import delay_and_exclude
 
 log = logging.getLogger(__name__)
 
 #: ``runtime.max_retries`` and ``runtime.retry_backoff_s`` when a point's runtime section lacks them.
 DEFAULT_MAX_RETRIES, DEFAULT_BACKOFF_S = 1, 60.0
-
-
-def _partition_nodes() -> int | None:
-    """Nodes of this job's partition (``sinfo -h -p $SLURM_JOB_PARTITION -o %D``); None when unknown."""
-    partition = os.environ.get("SLURM_JOB_PARTITION")
-    if not partition:
-        return None
-    try:
-        out = subprocess.run(["sinfo", "-h", "-p", partition, "-o", "%D"], capture_output=True, text=True, timeout=30)
-        counts = [int(x) for x in out.stdout.split() if x.isdigit()]
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return sum(counts) if out.returncode == 0 and counts else None
 
 
 def on_outcome(
@@ -68,7 +57,7 @@ def on_outcome(
         max_retries=int(runtime.get("max_retries", DEFAULT_MAX_RETRIES) or 0),
         backoff_s=float(runtime.get("retry_backoff_s", DEFAULT_BACKOFF_S) or 0),
         in_slurm=in_slurm,
-        partition_nodes=_partition_nodes() if in_slurm else None,
+        partition_nodes=partition_node_count() if in_slurm else None,
     )
     first_line = outcome.reason.splitlines()[0] if outcome.reason else ""
     status.update_attempt(crash=kind, nodes=nodes, reason=first_line, retry=decision.why)
@@ -83,21 +72,6 @@ def exclude_and_delay(decision: Decision | None, task_id: str | None) -> None:
     """After ``scontrol requeue`` of this task: ``scontrol update JobId=<task> ExcNodeList=...
     StartTime=now+<backoff>`` (a no-op without a retry decision). A refusal is logged; the retry
     then runs at once, anywhere."""
-    if decision is None or not decision.retry:
+    if decision is None or not decision.retry or not task_id:
         return
-    fields = [f"StartTime=now+{max(int(decision.backoff_s), 0)}"]
-    if decision.exclude:
-        fields.append(f"ExcNodeList={','.join(decision.exclude)}")
-    if not task_id:
-        return
-    job = task_id
-    cmd = ["scontrol", "update", f"JobId={job}", *fields]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        log.error("%s failed: %s", " ".join(cmd), exc)
-        return
-    if out.returncode != 0:
-        log.error("%s failed: %s", " ".join(cmd), (out.stderr or out.stdout).strip())
-    else:
-        log.info("retry of %s: %s", job, " ".join(fields))
+    delay_and_exclude(task_id, start_in_s=int(decision.backoff_s), exclude=decision.exclude or ())

@@ -61,3 +61,17 @@ def srun_step(nodes: list[str], module: str, *args: str, extra: tuple[str, ...] 
         module,
         *args,
     ]
+
+
+def partition_node_count(partition: str | None = None) -> int | None:
+    """Nodes of ``partition`` (default: this job's, ``$SLURM_JOB_PARTITION``) as ``sinfo -h -p
+    <partition> -o %D`` counts them; None outside Slurm or when sinfo cannot say."""
+    partition = partition or os.environ.get("SLURM_JOB_PARTITION")
+    if not partition:
+        return None
+    try:
+        out = subprocess.run(["sinfo", "-h", "-p", partition, "-o", "%D"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    counts = [int(x) for x in out.stdout.split() if x.isdigit()]
+    return sum(counts) if out.returncode == 0 and counts else None

@@ -34,3 +34,26 @@ def requeue_self() -> bool:
         log.error("scontrol requeue %s failed: %s", job, out.stderr.strip())
         return False
     return True
+
+
+def delay_and_exclude(task_id: str, *, start_in_s: int, exclude: list[str] | tuple[str, ...] = ()) -> bool:
+    """After a requeue of ``task_id``: ``scontrol update JobId=<task> StartTime=now+<start_in_s>
+    [ExcNodeList=<nodes>]`` (it starts no sooner, and not on ``exclude``).
+
+    Returns whether scontrol accepted; a refusal is logged with its own words (the requeued task
+    then runs at once, anywhere).
+    """
+    fields = [f"StartTime=now+{max(int(start_in_s), 0)}"]
+    if exclude:
+        fields.append(f"ExcNodeList={','.join(exclude)}")
+    cmd = ["scontrol", "update", f"JobId={task_id}", *fields]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.error("%s failed: %s", " ".join(cmd), exc)
+        return False
+    if out.returncode != 0:
+        log.error("%s failed: %s", " ".join(cmd), (out.stderr or out.stdout).strip())
+        return False
+    log.info("requeued %s: %s", task_id, " ".join(fields))
+    return True

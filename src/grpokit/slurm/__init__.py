@@ -2,6 +2,8 @@
 other part of the kit, and config, validate, submit, runtime and results all import from it).
 
 - :mod:`~grpokit.slurm.times`: Slurm's time format (``--time``, ``MaxTime``, squeue's ``%L``/``%M``).
+- :mod:`~grpokit.slurm.cluster`: what the cluster allows (partitions, nodes, ``MaxArraySize``) and
+  the one runner of Slurm's clients for an answer (:func:`~grpokit.slurm.cluster.run_slurm`).
 - :mod:`~grpokit.slurm.executor`: a point's ``cluster`` settings as submitit's Slurm parameters.
 - :mod:`~grpokit.slurm.sbatch`: the batch script those parameters make (one renderer for the
   submission, ``dry_run.md``, ``sbatch --test-only`` and the check of ``slurm/train.sbatch``).

@@ -25,15 +25,14 @@ from grpokit.config.point import PointSpec
 from grpokit.run_folder import write_json_atomic
 from grpokit.run_folder.manifest import MANIFEST, slurm_ids
 from grpokit.slurm import sbatch
+from grpokit.slurm.cluster import max_array_size
 from grpokit.slurm.executor import make_executor
 from grpokit.submit import snapshot
 from grpokit.submit.task import RunPointTask
-from grpokit.validate.slurm_request import SlurmQueryError, array_chunks, run_slurm
+from grpokit.validate.slurm_request import array_chunks
 
 log = logging.getLogger(__name__)
 
-#: Slurm's default MaxArraySize, used when ``scontrol show config`` cannot be read.
-DEFAULT_MAX_ARRAY_SIZE = 1001
 _SBATCH_ERROR = re.compile(r"sbatch: error: (.*)")
 
 
@@ -49,16 +48,6 @@ class SubmissionError(RuntimeError):
         super().__init__(message)
         self.cancelled = cancelled or []
         self.job_ids = job_ids or []
-
-
-def max_array_size() -> int:
-    """Slurm's ``MaxArraySize`` (``scontrol show config``); the default 1001 when it cannot be read."""
-    try:
-        text = run_slurm(["scontrol", "show", "config"])
-    except (SlurmQueryError, OSError):
-        return DEFAULT_MAX_ARRAY_SIZE
-    m = re.search(r"^MaxArraySize\s*=\s*(\d+)", text, re.MULTILINE)
-    return int(m.group(1)) if m else DEFAULT_MAX_ARRAY_SIZE
 
 
 def plan_arrays(specs: list[PointSpec], max_size: int) -> list[list[int]]:

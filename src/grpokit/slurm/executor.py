@@ -38,14 +38,6 @@ BATCH_SUPERVISOR_SETUP = [
 ]
 
 
-def _setting(cluster: Mapping[str, Any], name: str, old: str, default: Any) -> Any:
-    """``cluster[name]``, or its earlier name ``old`` in a section written before the rename to
-    submitit's names (grpokit.config.schema.DEPRECATED), else ``default``."""
-    if cluster.get(name) is not None:
-        return cluster[name]
-    return cluster.get(old, default) if cluster.get(old) is not None else default
-
-
 def signal_option(lead_s: int) -> str:
     """``#SBATCH --signal`` value: USR2 ``lead_s`` seconds before the time limit, to the batch shell only."""
     return f"B:USR2@{int(lead_s)}"
@@ -55,7 +47,8 @@ def executor_parameters(cluster: Mapping[str, Any], *, name: str, num_points: in
     """``submitit.SlurmExecutor.update_parameters`` keywords for one array of ``num_points`` tasks.
 
     Args:
-        cluster: a point's resolved ``cluster`` section (``kind: slurm``; configs/cluster/slurm.yaml).
+        cluster: a point's ``cluster`` section (``grpokit.config.schema.ClusterConf``, or its dict
+            with every key: the defaults are ClusterConf's alone).
         name: the job name (the sweep's name).
         num_points: tasks in the array (``array_parallelism`` is capped at it).
 
@@ -84,22 +77,22 @@ def executor_parameters(cluster: Mapping[str, Any], *, name: str, num_points: in
     passes it on, and the Ray worker step ignores it (:mod:`grpokit.runtime.ray_worker`).
     The kit's ``signal`` wins over one in ``additional_parameters``: the driver only acts on USR2.
     """
-    lead_s = int(_setting(cluster, "signal_delay_s", "signal_lead_s", 600))
+    lead_s = int(cluster["signal_delay_s"])
     params: dict[str, Any] = {
         "job_name": name,
         "partition": cluster.get("partition"),
-        "time": int(_setting(cluster, "timeout_min", "time_min", 60)),
-        "nodes": int(cluster.get("nodes", 1)),
+        "time": int(cluster["timeout_min"]),
+        "nodes": int(cluster["nodes"]),
         "ntasks_per_node": 1,
-        "gpus_per_node": int(cluster.get("gpus_per_node", 1)),
+        "gpus_per_node": int(cluster["gpus_per_node"]),
         "cpus_per_task": int(cluster.get("cpus_per_task") or 1),
-        "array_parallelism": min(int(cluster.get("array_parallelism", 16)), max(num_points, 1)),
+        "array_parallelism": min(int(cluster["array_parallelism"]), max(num_points, 1)),
         "signal_delay_s": lead_s,
         "setup": [*BATCH_SUPERVISOR_SETUP, *(cluster.get("setup") or [])],
         "use_srun": False,
         "additional_parameters": {
             "requeue": True,
-            **(_setting(cluster, "additional_parameters", "additional_sbatch", None) or {}),
+            **(cluster["additional_parameters"] or {}),
             "signal": signal_option(lead_s),
         },
         "stderr_to_stdout": True,

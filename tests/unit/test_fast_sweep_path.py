@@ -93,3 +93,11 @@ def test_a_sweep_with_one_bad_point_names_it_and_only_it(base):
         validate_points(specs)
     text = str(err.value)
     assert specs[1].name in text and specs[0].name not in text and specs[2].name not in text
+
+
+def test_a_command_without_a_mode_is_a_one_point_sweep():
+    from grpokit.cli.sweep import as_sweep
+
+    assert as_sweep(["model=tiny", "dry_run=true"]) == ["-m", "model=tiny", "dry_run=true"]
+    for mode in (["-m", "a=1,2"], ["--cfg", "job"], ["--cfg=job"], ["--info"], ["-c", "hydra"]):
+        assert as_sweep(mode) == mode  # Hydra's own modes are left as typed (one mode at most)

@@ -89,7 +89,7 @@ def test_memalpha_smoke_has_the_reference_settings_and_sidecars(tiny_model_dir, 
 
     answer, memory = spec.sidecars["answer_llm"], spec.sidecars["memory_server"]
     assert list(spec.sidecars) == ["answer_llm", "memory_server"], "answer_llm must start first"
-    assert answer == {
+    written = {  # the file's keys; the settings are complete with SidecarConf's defaults
         "kind": "vllm",
         "model": str(tiny_model_dir),
         "served_model_name": answer["served_model_name"],
@@ -102,6 +102,7 @@ def test_memalpha_smoke_has_the_reference_settings_and_sidecars(tiny_model_dir, 
         "placement": "shared",
         "start_timeout_s": 600,
     }
+    assert {k: answer[k] for k in written} == written and answer["health_path"] == "/health"
     assert answer["served_model_name"]
     assert memory["kind"] == "memory_server" and memory["answer"] == "answer_llm"
     assert memory["tokenizer"] == str(tiny_model_dir) and memory["top_k"] == 20

@@ -19,7 +19,8 @@ from rich.console import Console
 from grpokit.reports import report_table, status_table
 from grpokit.reports.report_table import collect_report
 from grpokit.reports.status_table import collect_rows, render_table
-from grpokit.reports.summary import gpu_hours, point_state
+from grpokit.reports.summary import gpu_hours
+from grpokit.run_folder.point_state import point_state
 from grpokit.run_folder.sweep import load_sweep
 from grpokit.slurm.states import SlurmJobState
 

@@ -161,3 +161,28 @@ def test_the_package_imports_no_layer_above_it():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module:
                 assert not node.module.startswith(above), f"{path.name} imports {node.module}"
+
+
+def _imported_modules(path: Path) -> list[str]:
+    """Every module ``path`` imports (``import a.b`` and ``from a.b import c``, function-local ones too)."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.append(node.module)
+            names.extend(f"{node.module}.{alias.name}" for alias in node.names)  # from grpokit import reports
+        elif isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+    return names
+
+
+def test_submit_and_runtime_import_nothing_from_reports_evaluation_or_cli():
+    """Issue 14: no import runs back up the layers; the state word lives in run_folder.point_state."""
+    above = ("grpokit.reports", "grpokit.evaluation", "grpokit.cli")
+    found = [
+        f"{path.relative_to(REPO)} imports {name}"
+        for layer in ("submit", "runtime")
+        for path in sorted((REPO / "src" / "grpokit" / layer).rglob("*.py"))
+        for name in _imported_modules(path)
+        if name.startswith(above)
+    ]
+    assert not found, "\n".join(found)

@@ -21,9 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-from grpokit.reports.summary import point_state
 from grpokit.run_folder import RunFolder, now, read_status, write_json_atomic
 from grpokit.run_folder.claim import folder_state, open_existing
+from grpokit.run_folder.point_state import point_state
 from grpokit.run_folder.sweep import load_sweep
 from grpokit.slurm.states import job_states
 

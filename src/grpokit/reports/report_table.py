@@ -20,10 +20,9 @@ from grpokit.reports.summary import (
     gpu_hours,
     metrics_summary,
     point_reason,
-    point_state,
-    val_acc_keys,
 )
-from grpokit.run_folder.metrics import merge_attempts
+from grpokit.run_folder.metrics import merge_attempts, val_acc_keys
+from grpokit.run_folder.point_state import point_state
 from grpokit.run_folder.sweep import Sweep
 from grpokit.slurm.states import job_states
 

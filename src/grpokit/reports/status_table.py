@@ -15,8 +15,9 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from grpokit.reports.summary import last_reward, point_reason, point_state, val_acc_keys
-from grpokit.run_folder.metrics import merge_attempts
+from grpokit.reports.summary import last_reward, point_reason
+from grpokit.run_folder.metrics import merge_attempts, val_acc_keys
+from grpokit.run_folder.point_state import point_state
 from grpokit.run_folder.status import attempt_elapsed_s
 from grpokit.run_folder.sweep import Point, Sweep
 from grpokit.slurm.states import SlurmJobState, job_states

@@ -5,6 +5,7 @@
 - :mod:`~grpokit.run_folder.atomic`: temp file + fsync + rename writes, ``now()``.
 - :mod:`~grpokit.run_folder.states`: ``status.json``'s words as enums, the final states.
 - :mod:`~grpokit.run_folder.status`: the one reader :func:`read_status` and the driver's writer.
+- :mod:`~grpokit.run_folder.point_state`: a point's state word from its status and Slurm's view.
 - :mod:`~grpokit.run_folder.manifest`: ``manifest.json``.
 - :mod:`~grpokit.run_folder.claim`: claiming a sweep folder (``submissions.jsonl``).
 - :mod:`~grpokit.run_folder.sweep`: a sweep folder read back (manifest + each status).

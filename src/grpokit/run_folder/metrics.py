@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,13 @@ from grpokit.run_folder.layout import METRICS, RunFolder
 log = logging.getLogger(__name__)
 
 METRICS_FILE = METRICS
+# verl's validation accuracy per data source (``verl/trainer/ppo/metric_utils.py``).
+VAL_ACC_RE = re.compile(r"^val-core/(.+)/acc/mean@1$")
+
+
+def val_acc_keys(columns) -> list[str]:
+    """The ``val-core/<data_source>/acc/mean@1`` columns, sorted."""
+    return sorted(c for c in columns if VAL_ACC_RE.match(str(c)))
 
 
 def read_jsonl(path: Path | str) -> list[dict]:

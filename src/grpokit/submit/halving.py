@@ -146,8 +146,7 @@ def at_first_rung(specs: list[PointSpec], plan: HalvingPlan | None) -> list[Poin
 def metric_at(run_dir: Path, metric: str, step: int) -> tuple[str, float | None]:
     """``(metric key, value)``: its last logged value at or before ``step`` in the run's merged
     series (``val_acc``: the first ``val-core/<data_source>/acc/mean@1``); value None when absent."""
-    from grpokit.reports.summary import val_acc_keys
-    from grpokit.run_folder.metrics import merge_attempts
+    from grpokit.run_folder.metrics import merge_attempts, val_acc_keys
 
     df = merge_attempts(run_dir)
     key = metric

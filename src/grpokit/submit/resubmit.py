@@ -12,10 +12,10 @@ import logging
 from pathlib import Path
 
 from grpokit.config.point import PointSpec
-from grpokit.reports.summary import point_state
 from grpokit.run_folder import write_json_atomic
 from grpokit.run_folder.claim import Claim, folder_state, open_existing
 from grpokit.run_folder.manifest import MANIFEST, read_manifest, replace_job_ids
+from grpokit.run_folder.point_state import point_state
 from grpokit.run_folder.sweep import load_sweep
 from grpokit.runtime import resubmission
 from grpokit.slurm.states import job_states

@@ -22,7 +22,7 @@ from grpokit.validate import Problem
 COMPARED_SECTIONS = ("experiment", "model", "hardware", "sidecars")
 #: Kit keys that never count as a setting change (they name the command, not the training).
 _COMMAND_KEYS = ("sweep_name", "resume", "dry_run", "wait", "logs_root", "hydra", "cluster", "runtime")
-#: Points a resume resubmits: every state but these (status words of grpokit.reports.summary).
+#: Points a resume resubmits: every state but these (status words of grpokit.run_folder.point_state).
 KEEP_STATES = ("completed", "queued", "running")
 
 _UNSET = "(not set)"
@@ -134,7 +134,7 @@ def check_same_settings(manifest: dict[str, Any], specs: list[PointSpec]) -> lis
 
 def point_states(sweep_dir: Path) -> dict[int, str]:
     """``{index: status word}`` of every recorded point (Slurm's live view, then status.json)."""
-    from grpokit.reports.summary import point_state
+    from grpokit.run_folder.point_state import point_state
     from grpokit.run_folder.sweep import load_sweep
     from grpokit.slurm.states import job_states
 

@@ -1,0 +1,99 @@
+"""A point's state word: what ``status``, ``report``, ``resubmit``, ``resume`` and ``cancel`` call it.
+
+One owner for the word, below every layer that needs it (submit, reports, cli): the point's
+``status.json`` (read back as :class:`~grpokit.run_folder.sweep.Point`) and Slurm's view of its job
+(:class:`grpokit.slurm.states.SlurmJobState`, only its ``kit_state`` is read) give one of
+queued | running | completed | failed | preempted | timeout | cancelled | skipped_no_gpu | pruned |
+not submitted | unknown.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from grpokit.run_folder.states import FINAL_STATES
+
+if TYPE_CHECKING:
+    from grpokit.run_folder.sweep import Point
+    from grpokit.slurm.states import SlurmJobState
+
+# status.json "state" -> the status word shown when Slurm has no answer (or the job's own record wins).
+STATUS_WORD = {
+    "pending": "queued",
+    "requeued": "queued",
+    "running": "running",
+    "completed": "completed",
+    "cancelled": "cancelled",
+    "skipped_no_gpu": "skipped_no_gpu",
+    "pruned": "pruned",
+    "failed": "failed",
+    "timeout": "timeout",
+    "preempted": "preempted",
+    "sidecar_failed": "failed",
+}
+# A failed attempt that ended this way is shown by how it ended.
+_ENDED_BY_WORD = ("timeout", "preempted", "cancelled")
+
+
+def status_is_this_jobs(point: Point) -> bool:
+    """Whether the point's status.json was written by the job the manifest names (a resubmitted point
+    whose new job has not started yet still holds the old job's status). True when either side has
+    no Slurm id (a local run, a job that has not written one)."""
+    recorded = ((point.status or {}).get("slurm") or {}) if point.status else {}
+    if not point.job_id or not recorded.get("job_id"):
+        return True
+    ids = {str(recorded["job_id"])}
+    if recorded.get("array_job_id") and recorded.get("array_task_id") is not None:
+        ids.add(f"{recorded['array_job_id']}_{recorded['array_task_id']}")
+    return point.job_id in ids
+
+
+def _own_final_word(point: Point) -> str | None:
+    """The state the job recorded for itself when it is final and this job's, else None."""
+    status = point.status or {}
+    attempts = point.attempts
+    state = status.get("state")
+    if state not in FINAL_STATES or not attempts or not attempts[-1].get("end") or not status_is_this_jobs(point):
+        return None
+    ended_by = attempts[-1].get("ended_by")
+    if state == "failed" and ended_by in _ENDED_BY_WORD:
+        return ended_by
+    return STATUS_WORD.get(state, state)
+
+
+def point_state(point: Point, slurm: SlurmJobState | None) -> str:
+    """queued | running | completed | failed | preempted | timeout | cancelled | skipped_no_gpu |
+    pruned | not submitted | unknown.
+
+    A live Slurm state (queued/running) wins: status.json lags behind the scheduler. Once Slurm says
+    the job ended, the state the job recorded for itself (a final ``state`` in status.json, its last
+    attempt closed, written by this job) wins over Slurm's word: a job that ran every stage but
+    training exits 0 (Slurm's COMPLETED) and is ``skipped_no_gpu``; one that failed its point and
+    exited by itself is ``failed``. An attempt stopped by the warning signal that recorded no final
+    state is shown by how it ended (``timeout``/``preempted``). Slurm's COMPLETED for a job that
+    recorded no outcome at all is ``unknown`` (see :func:`grpokit.reports.summary.point_reason`).
+    Without Slurm's answer (job aged out, no accounting, a local run) status.json decides.
+    """
+    status = point.status or {}
+    attempts = point.attempts
+    ended_by = attempts[-1].get("ended_by") if attempts else None
+    own = _own_final_word(point)
+    if slurm is not None and slurm.kit_state != "unknown":
+        word = slurm.kit_state
+        if word in ("queued", "running"):
+            return word
+        if own is not None:
+            return own
+        if ended_by in ("timeout", "preempted") and status_is_this_jobs(point):
+            return ended_by
+        if word == "completed":
+            return "unknown"  # Slurm's exit 0, but the job wrote no outcome: nothing says it trained
+        return word
+    if own is not None:
+        return own
+    state = status.get("state")
+    if state == "requeued" and not point.job_id and ended_by in ("timeout", "preempted"):
+        return ended_by  # a local run stopped with a checkpoint: nothing requeues it but a re-run
+    if state in STATUS_WORD:
+        return STATUS_WORD[state]
+    return "unknown" if point.job_id else "not submitted"

@@ -15,6 +15,7 @@ MANIFEST = "manifest.json"
 SUBMISSIONS = "submissions.jsonl"
 DRY_RUN = "dry_run.md"
 SUBMITIT_DIR = "submitit"
+HALVING = "halving.json"  # only with halving.rungs (grpokit.submit.halving)
 
 # --- run folder: logs/<sweep_name>/<NNN>_<slug>/ ---
 POINT = "point.json"
@@ -29,6 +30,7 @@ CHECKPOINTS = "checkpoints"
 CONTROL_DIR = "control"
 SAVE_REQUEST = "save_request"  # in control/
 SAVED_FOR_REQUEUE = "saved_for_requeue.json"  # in control/
+PRUNED = "pruned.json"  # in control/: a runtime.pruning verdict
 RESUBMIT = "resubmit.json"
 SECRETS_DIR = ".secrets"
 HF_DIR = "hf"
@@ -74,6 +76,10 @@ class SweepFolder(_Folder):
     def submitit(self) -> Path:
         return self.path / SUBMITIT_DIR
 
+    @property
+    def halving(self) -> Path:
+        return self.path / HALVING
+
 
 @dataclass(frozen=True)
 class AttemptFolder(_Folder):
@@ -108,6 +114,9 @@ class RunFolder(_Folder):
     attempts_dir = property(lambda self: self.path / ATTEMPTS_DIR)
     checkpoints = property(lambda self: self.path / CHECKPOINTS)
     control = property(lambda self: self.path / CONTROL_DIR)
+    save_request = property(lambda self: self.path / CONTROL_DIR / SAVE_REQUEST)
+    saved_for_requeue = property(lambda self: self.path / CONTROL_DIR / SAVED_FOR_REQUEUE)
+    pruned = property(lambda self: self.path / CONTROL_DIR / PRUNED)
     resubmit = property(lambda self: self.path / RESUBMIT)
     secrets = property(lambda self: self.path / SECRETS_DIR)
     hf = property(lambda self: self.path / HF_DIR)

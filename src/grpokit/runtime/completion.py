@@ -24,6 +24,7 @@ import re
 from pathlib import Path
 
 from grpokit.config.point import PointSpec
+from grpokit.run_folder.layout import AttemptFolder
 from grpokit.runtime.checkpoints import latest_complete
 
 #: What verl's ``RayPPOTrainer._create_dataloader`` prints once it knows the step count.
@@ -115,7 +116,7 @@ def judge_attempt(spec: PointSpec, attempt_dir: Path, last_step: int | None) -> 
     ``trainer.log``), ``save_freq`` from the point or verl's default."""
     target = _int_setting(spec, "trainer.total_training_steps")
     if target is None:
-        target = total_steps_from_log(Path(attempt_dir) / "trainer.log")
+        target = total_steps_from_log(AttemptFolder(attempt_dir).trainer_log)
     return judge(
         target_step=target,
         save_freq=_int_setting(spec, "trainer.save_freq"),

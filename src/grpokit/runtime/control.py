@@ -11,15 +11,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from grpokit.run_folder import now, write_json_atomic
+from grpokit.run_folder import RunFolder, now, write_json_atomic
+from grpokit.run_folder.layout import SAVE_REQUEST, SAVED_FOR_REQUEUE
 
 ENV = "GRPOKIT_CONTROL_DIR"
-SAVE_REQUEST = "save_request"
-SAVED = "saved_for_requeue.json"
+SAVED = SAVED_FOR_REQUEUE
 
 
 def control_dir(run_dir: Path) -> Path:
-    return Path(run_dir) / "control"
+    return RunFolder(run_dir).control
 
 
 def request_save(ctl: Path, reason: str) -> None:

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from grpokit.config.point import PointSpec
-from grpokit.run_folder import FINAL_STATES, StatusFile, write_json_atomic
+from grpokit.run_folder import FINAL_STATES, AttemptFolder, RunFolder, StatusFile, write_json_atomic
 from grpokit.run_folder.metrics import read_jsonl, write_merged
 from grpokit.runtime import (
     compile_cache,
@@ -83,6 +83,7 @@ class Driver:
         self.parts = parts or Parts()
         self.host = self.parts.host
         self.run_dir = Path(spec.run_dir)
+        self.folder = RunFolder(self.run_dir)  # every file name of docs/run-folder.md
         self.ctl = control.control_dir(self.run_dir)
         self.grace_s = float(spec.runtime.kill_grace_s)
         self.status: StatusFile | None = None
@@ -147,12 +148,12 @@ class Driver:
         signal relay (in Slurm), clean control files, ``status.json`` ``running``."""
         status = self.status
         attempt = status.attempt + 1
-        self.attempt_dir = self.run_dir / "attempts" / str(attempt)
+        self.attempt_dir = self.folder.attempt(attempt).path
         self._write_run_files()
-        self._log.install(self.attempt_dir / "driver.log")
+        self._log.install(AttemptFolder(self.attempt_dir).driver_log)
         self.host.become_subreaper()
         self._install_signals()
-        self.host.start_signal_relay(self.attempt_dir / "signal_relay.log")
+        self.host.start_signal_relay(AttemptFolder(self.attempt_dir).signal_relay_log)
         control.reset(self.ctl)
         status.start_attempt(target_step=self._target_step(), slurm=self.host.slurm_info())
         self._attempt_open = True
@@ -197,9 +198,7 @@ class Driver:
             pool.shutdown(wait=self.stop_signal is None)
         kernels.check_node(self.spec)  # a kernel this node cannot train with: one line, before the trainer
         cmd = trainer.command(self.spec, self._sidecar_overrides())
-        trainer.write_command_file(
-            self.run_dir / "verl_cmd.sh", cmd, list(trainer.environment(self.run_dir, self.attempt_dir))
-        )
+        trainer.write_command_file(self.folder.verl_cmd, cmd, list(trainer.environment(self.run_dir, self.attempt_dir)))
         return cmd, env
 
     def train(self, cmd: list[str], env: dict[str, str]) -> Happened:
@@ -208,7 +207,7 @@ class Driver:
         Raises:
             JobFailed: a sidecar or Ray died, or the trainer hung.
         """
-        verl_cmd = self.run_dir / "verl_cmd.sh"
+        verl_cmd = self.folder.verl_cmd
         if self.stop_signal is not None:
             return Happened(verl_cmd=verl_cmd)
         if self.spec.runtime.needs_gpu and not self.host.cuda_available():
@@ -226,7 +225,7 @@ class Driver:
             completion=done,
             pruned=verdict.reason if verdict is not None else None,
             saved_step=saved["step"] if saved else None,
-            trainer_log=self.attempt_dir / "trainer.log",
+            trainer_log=AttemptFolder(self.attempt_dir).trainer_log,
             verl_cmd=verl_cmd,
         )
 
@@ -305,11 +304,11 @@ class Driver:
     # -- the run folder ----------------------------------------------------------------------------
     def _write_run_files(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "point.json").write_text(self.spec.to_json())
-        write_json_atomic(self.run_dir / "env.json", self.host.summary())
+        self.folder.point.write_text(self.spec.to_json())
+        write_json_atomic(self.folder.env, self.host.summary())
         ckpt = Path(self.spec.checkpoint_dir)
         ckpt.mkdir(parents=True, exist_ok=True)
-        link = self.run_dir / "checkpoints"
+        link = self.folder.checkpoints
         if ckpt != link and not link.exists():
             link.symlink_to(ckpt, target_is_directory=True)
         self.attempt_dir.mkdir(parents=True, exist_ok=True)
@@ -355,11 +354,13 @@ class Driver:
             "trainer": [visible[i] for i in plan["trainer"]["gpus"] if i < len(visible)],
             **{n: [visible[i] for i in s["gpus"] if i < len(visible)] for n, s in plan["sidecars"].items()},
         }
-        write_json_atomic(self.run_dir / "gpu_plan.json", plan)
+        write_json_atomic(self.folder.gpu_plan, plan)
 
         api = self.parts.sidecars
         env = dict(base_env)
-        self.sidecars = api.plan_sidecars(self.spec.sidecars, host=host, log_dir=self.attempt_dir / "sidecars")
+        self.sidecars = api.plan_sidecars(
+            self.spec.sidecars, host=host, log_dir=AttemptFolder(self.attempt_dir).sidecars
+        )
         env.update(api.client_env(self.sidecars))
         t = time.monotonic()
         for name, sc in self.sidecars.items():
@@ -370,10 +371,10 @@ class Driver:
         ray_env = dict(env)
         if self.host.visible_gpus():
             ray_env["CUDA_VISIBLE_DEVICES"] = ",".join(trainer_gpus)
-        ray_env.update(ray_cluster.auth_env(self.run_dir / ".secrets"))
+        ray_env.update(ray_cluster.auth_env(self.folder.secrets))
         num_cpus = self.host.cpus_for_ray(self.spec.cluster.cpus_per_task)
         self.cluster = self.parts.start_ray(
-            log_dir=self.attempt_dir / "ray",
+            log_dir=AttemptFolder(self.attempt_dir).ray,
             env=ray_env,
             num_cpus=num_cpus,
             num_gpus=len(trainer_gpus),
@@ -388,7 +389,7 @@ class Driver:
             api.wait_ready(sc)
         self.timings["sidecars_ready_s"] = round(time.monotonic() - t, 2)
         endpoints = {"ray": self.cluster.endpoints(), "sidecars": {n: s.endpoint() for n, s in self.sidecars.items()}}
-        write_json_atomic(self.run_dir / "endpoints.json", endpoints)
+        write_json_atomic(self.folder.endpoints, endpoints)
         ray_env["RAY_ADDRESS"] = self.cluster.address
         return ray_env
 
@@ -408,14 +409,16 @@ class Driver:
         to checkpoint and exit; past its deadline it is stopped.
         """
         attempt_dir = self.attempt_dir
-        self.trainer = proc = self.parts.start_trainer(cmd, attempt_dir / "trainer.log", env=env, cwd=self.run_dir)
+        self.trainer = proc = self.parts.start_trainer(
+            cmd, AttemptFolder(attempt_dir).trainer_log, env=env, cwd=self.run_dir
+        )
         log.info(
             "trainer launched with Ray ready (pid %d, %.2f s after job start)", proc.pid, time.monotonic() - self.t0
         )
         self.timings["trainer_launched_s"] = round(time.monotonic() - self.t0, 2)
         self.stacks_dir = Path(env[watchdog.STACKS_ENV]) if env.get(watchdog.STACKS_ENV) else None
         policy = watchdog.HangPolicy.from_runtime(self.spec.runtime)
-        hang_watch = watchdog.Watchdog(policy, attempt_dir / "metrics.jsonl") if policy else None
+        hang_watch = watchdog.Watchdog(policy, AttemptFolder(attempt_dir).metrics) if policy else None
         self.prune_watch = pruning.start_watch(  # a verdict asks for a save, the point ends pruned
             self.spec.runtime,
             self.run_dir,
@@ -562,7 +565,7 @@ class Driver:
 
 def _last_step(attempt_dir: Path) -> int | None:
     """The highest step in the attempt's ``metrics.jsonl`` (None when it logged none)."""
-    metrics_path = Path(attempt_dir) / "metrics.jsonl"
+    metrics_path = AttemptFolder(attempt_dir).metrics
     steps = [r.get("step") for r in read_jsonl(metrics_path)] if metrics_path.exists() else []
     steps = [s for s in steps if isinstance(s, int)]
     return max(steps) if steps else None

@@ -46,6 +46,8 @@ from typing import Any
 
 import orjson
 
+from grpokit.run_folder.layout import PRUNED, AttemptFolder, RunFolder
+
 log = logging.getLogger(__name__)
 
 #: verl's metric names the rules read.
@@ -54,7 +56,7 @@ KL_KEYS = ("actor/kl_loss", "actor/ppo_kl")  # the first one logged is used
 ENTROPY_KEY = "actor/entropy"
 REWARD_KEY = "critic/score/mean"
 #: The file the driver's watcher writes its verdict to (``<run>/control/``), read back for the outcome.
-VERDICT_FILE = "pruned.json"
+VERDICT_FILE = PRUNED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,8 +251,8 @@ class PruneWatch:
         self.deadline_s = deadline_s
         self.interval_s = interval_s
         self.verdict: Verdict | None = None
-        self._earlier = Path(run_dir) / "metrics.jsonl"
-        self._tail = MetricsTail(Path(attempt_dir) / "metrics.jsonl")
+        self._earlier = RunFolder(run_dir).metrics
+        self._tail = MetricsTail(AttemptFolder(attempt_dir).metrics)
         self._thread = threading.Thread(target=self._loop, name="prune-watch", daemon=True)
         (self.ctl / VERDICT_FILE).unlink(missing_ok=True)
 

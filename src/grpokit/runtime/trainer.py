@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from grpokit.config.point import PointSpec
+from grpokit.run_folder.layout import AttemptFolder
 from grpokit.runtime import control
 from grpokit.runtime.kernels import kernel_overrides
 from grpokit.runtime.verl_hooks import SETUP_HOOK
@@ -33,12 +34,12 @@ def environment(run_dir: Path, attempt_dir: Path) -> dict[str, str]:
     its own file; :func:`grpokit.run_folder.metrics.write_merged` joins them.
     """
     return {
-        "VERL_FILE_LOGGER_PATH": str(attempt_dir / "metrics.jsonl"),
-        "TENSORBOARD_DIR": str(attempt_dir / "tensorboard"),
+        "VERL_FILE_LOGGER_PATH": str(AttemptFolder(attempt_dir).metrics),
+        "TENSORBOARD_DIR": str(AttemptFolder(attempt_dir).tensorboard),
         control.ENV: str(control.control_dir(run_dir)),
         "GRPOKIT_RUN_DIR": str(run_dir),
         # the kit's faulthandler files in verl's Ray workers (grpokit.runtime.watchdog, hang stacks)
-        "GRPOKIT_STACKS_DIR": str(attempt_dir / "stacks"),
+        "GRPOKIT_STACKS_DIR": str(AttemptFolder(attempt_dir).stacks),
         "PYTHONUNBUFFERED": "1",
     }
 

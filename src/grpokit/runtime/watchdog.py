@@ -38,6 +38,7 @@ from pathlib import Path
 
 import psutil
 
+from grpokit.run_folder.layout import HANG_STACKS
 from grpokit.slurm.nodes import srun_step
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ STACKS_ENV = "GRPOKIT_STACKS_DIR"
 #: The signal that makes such a process write its stacks (C-level handler: works while Python is
 #: stuck in a C call such as an NCCL wait). Sent only to processes that catch it.
 STACK_SIGNAL = signal.SIGUSR1
-STACKS_FILE = "hang_stacks.txt"
+STACKS_FILE = HANG_STACKS
 
 
 # -- the decision ------------------------------------------------------------------------------------

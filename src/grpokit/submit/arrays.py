@@ -23,7 +23,8 @@ from typing import Any
 
 from grpokit.config.point import PointSpec
 from grpokit.run_folder import write_json_atomic
-from grpokit.run_folder.manifest import MANIFEST, slurm_ids
+from grpokit.run_folder.layout import MANIFEST, POINT, SUBMISSIONS, SUBMITIT_DIR
+from grpokit.run_folder.manifest import slurm_ids
 from grpokit.slurm import sbatch
 from grpokit.slurm.cluster import max_array_size
 from grpokit.slurm.executor import make_executor
@@ -150,9 +151,9 @@ def _only_this_submissions_files(sweep_dir: Path, specs: list[PointSpec]) -> boo
     """The folder holds nothing but what the sweep command wrote for this submission."""
     runs = {Path(s.run_dir).name for s in specs}
     for entry in sweep_dir.iterdir():
-        if entry.name in (MANIFEST, "submissions.jsonl", "submitit"):
+        if entry.name in (MANIFEST, SUBMISSIONS, SUBMITIT_DIR):
             continue
-        if entry.name not in runs or not entry.is_dir() or {p.name for p in entry.iterdir()} - {"point.json"}:
+        if entry.name not in runs or not entry.is_dir() or {p.name for p in entry.iterdir()} - {POINT}:
             return False
     return True
 

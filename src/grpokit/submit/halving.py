@@ -38,10 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from grpokit.config.point import PointSpec
+from grpokit.run_folder.layout import HALVING, RunFolder
 
 log = logging.getLogger(__name__)
 
-HALVING_FILE = "halving.json"
+HALVING_FILE = HALVING
 TARGET_KEY = "trainer.total_training_steps"
 VAL_ACC = "val_acc"
 
@@ -326,8 +327,8 @@ def advance(sweep_dir: Path, stage: int) -> dict[str, Any]:
             specs = []
             for name in kept:
                 run_dir = Path(entries[name]["run_dir"])
-                spec = with_target(PointSpec.from_json((run_dir / "point.json").read_text()), next_target)
-                (run_dir / "point.json").write_text(spec.to_json())
+                spec = with_target(PointSpec.from_json(RunFolder(run_dir).point.read_text()), next_target)
+                RunFolder(run_dir).point.write_text(spec.to_json())
                 resubmission.request(run_dir)
                 specs.append(spec)
             _slurm_clean_env()

@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 
 from grpokit.config.point import PointSpec
-from grpokit.run_folder import write_json_atomic
+from grpokit.run_folder import RunFolder, write_json_atomic
 from grpokit.run_folder.claim import Claim, folder_state, open_existing
 from grpokit.run_folder.manifest import MANIFEST, read_manifest, replace_job_ids
 from grpokit.run_folder.point_state import point_state
@@ -60,7 +60,7 @@ def _resubmit_locked(claim: Claim, states: tuple[str, ...], dry_run: bool) -> li
     entries = [p for p in manifest["points"] if p["index"] in chosen]
     if not entries or dry_run:
         return entries
-    specs = [PointSpec.from_json((Path(p["run_dir"]) / "point.json").read_text()) for p in entries]
+    specs = [PointSpec.from_json(RunFolder(p["run_dir"]).point.read_text()) for p in entries]
     _, changed = submit_again(claim, specs, chosen, how="resubmit")
     if specs[0].cluster.get("kind") != "slurm":
         run_local(specs)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from grpokit.config.point import PointSpec
+from grpokit.run_folder.layout import MANIFEST, RunFolder
 from grpokit.validate import Problem
 
 #: PointSpec sections a resume must leave unchanged (besides ``verl_overrides``).
@@ -97,7 +98,7 @@ def differences(old: dict[str, Any], new: dict[str, Any], unset=_default_text) -
 
 def recorded_spec(entry: dict[str, Any]) -> dict[str, Any] | None:
     """The point.json a manifest entry's run folder holds (None when the job never wrote one)."""
-    path = Path(entry["run_dir"]) / "point.json"
+    path = RunFolder(entry["run_dir"]).point
     return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -126,7 +127,7 @@ def check_same_settings(manifest: dict[str, Any], specs: list[PointSpec]) -> lis
                 _kit_settings(spec.kit_overrides),
                 unset=lambda _key: "(not on the command line)",
             )
-            where = "manifest.json"
+            where = MANIFEST
         for key, a, b in diffs:
             problems.append(Problem(entry["name"], key, f"{a} -> {b} (recorded in {where} -> this command)", fix))
     return problems

@@ -142,7 +142,8 @@ def test_kill_during_a_save_resumes_from_the_last_complete_step(kit, kit_overrid
     """Local path (no Slurm needed): the trainer dies after the model shards of step 4, before the tracker."""
     args = [*kit_overrides, "cluster=local", "sweep_name=kill", "verl.trainer.total_training_steps=6"]
     out = kit.run("sweep.py", args, env={"FAKE_TRAINER_CRASH_IN_SAVE": "4", "FAKE_TRAINER_STEP_S": "0.1"})
-    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.returncode == 1, out.stderr[-3000:]  # the point run here failed: the command says so
+    assert "1 point(s) run here did not succeed" in out.stderr and "(failed)" in out.stderr
     sweep = tmp_path / "logs" / "kill"
     run_dir = Path(kit.manifest(sweep)["points"][0]["run_dir"])
     assert kit.read_status(run_dir)["state"] == "failed"

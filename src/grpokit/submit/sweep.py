@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from grpokit.config.override_step import cached_interpolation_parsing
 from grpokit.config.point import PointSpec, build_point, kit_notices
 from grpokit.paths import CONFIG_DIR
+from grpokit.run_folder import RunFolder, SweepFolder, read_status
 from grpokit.run_folder.claim import (
     Claim,
     SweepFolderError,
@@ -126,7 +127,7 @@ def write_dry_run(sweep_dir: Path, specs: list[PointSpec], cluster: dict[str, An
         caps = data_caps(spec)
         lines += [f"## {spec.name}", f"run folder: {spec.run_dir}", *([caps] if caps else []), ""]
         lines += ["```", " \\\n  ".join(cmd), "```", ""]
-    path = sweep_dir / "dry_run.md"
+    path = SweepFolder(sweep_dir).dry_run
     path.write_text("\n".join(lines))
     return path
 
@@ -154,11 +155,14 @@ def arrays_phrase(job_ids: list[str | None]) -> str:
 
 
 def run_local(specs: list[PointSpec]) -> list[int]:
-    """Run points one after another on this machine (a workstation's GPU holds one at a time)."""
+    """Run points one after another on this machine (a workstation's GPU holds one at a time).
+
+    Returns each point's driver exit status (:class:`grpokit.runtime.outcome.Exit`: 0 for
+    completed, skipped_no_gpu, stopped with a checkpoint; 1 for failed or cancelled)."""
     codes = []
     for spec in specs:
         Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
-        point_file = Path(spec.run_dir) / "point.json"
+        point_file = RunFolder(spec.run_dir).point
         point_file.write_text(spec.to_json())
         log.info("running %s locally", spec.name)
         codes.append(subprocess.call([sys.executable, "-m", "grpokit.runtime.driver", str(point_file)]))
@@ -255,7 +259,8 @@ def sweep_options(first: DictConfig, job_overrides: list[list[str]]) -> dict[str
     }
 
 
-_COMMAND_KEYS = ("sweep_name", "resume", "dry_run", "wait", "logs_root")
+# One value per sweep command: the folder settings, and use_live_code (one code snapshot per sweep folder).
+_COMMAND_KEYS = ("sweep_name", "resume", "dry_run", "wait", "logs_root", "use_live_code")
 
 
 def _refuse(message: str, code: int = 2) -> NoReturn:
@@ -354,7 +359,7 @@ def _write_point_files(specs: list[PointSpec]) -> None:
     """``<run>/point.json`` of every point at submission: what a later resume compares against."""
     for spec in specs:
         Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
-        (Path(spec.run_dir) / "point.json").write_text(spec.to_json())
+        RunFolder(spec.run_dir).point.write_text(spec.to_json())
 
 
 def submit_new(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], meta: dict, *, wait: bool):
@@ -382,6 +387,7 @@ def submit_new(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], me
     claim.release()
     codes = run_local(specs)
     print(f"ran {len(specs)} point(s) locally; sweep folder {sweep_dir}")
+    _exit_if_failed_here(specs, codes)
     return [_job_return(s, c) for s, c in zip(specs, codes, strict=True)]
 
 
@@ -404,8 +410,9 @@ def resume_sweep(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], 
     claim.release()
     what = ", ".join(f"{s.name} ({chosen[s.index]})" for s in todo)
     if cluster.get("kind") != "slurm":
-        run_local(todo)
+        codes = run_local(todo)
         print(f"resume: ran {len(todo)} point(s) here: {what}; left alone: {left}")
+        _exit_if_failed_here(todo, codes)
         return [_job_return(s, None) for s in specs]
     print(f"resume: resubmitted {len(todo)} point(s) as {arrays_phrase(job_ids)}: {what}")
     print(f"  left alone: {left}; sweep folder {sweep_dir}")
@@ -423,6 +430,22 @@ def _wait(specs: list[PointSpec], job_ids: list[str | None], before: list[int]) 
     bad = [f"{s.name} ({st})" for s, st in zip(specs, states, strict=True) if st != "completed"]
     if bad:
         _refuse(f"wait: {len(bad)} point(s) did not complete: {', '.join(bad)}", code=1)
+
+
+def local_failures(specs: list[PointSpec], codes: list[int]) -> list[str]:
+    """``name (state)`` of each point run here whose driver exited non-zero (failed, cancelled)."""
+    return [
+        f"{s.name} ({read_status(Path(s.run_dir)).get('state') or 'no status.json'})"
+        for s, code in zip(specs, codes, strict=True)
+        if code != 0
+    ]
+
+
+def _exit_if_failed_here(specs: list[PointSpec], codes: list[int]) -> None:
+    """Exit 1 (the command's status) when a point run on this machine did not end well."""
+    bad = local_failures(specs, codes)
+    if bad:
+        _refuse(f"{len(bad)} point(s) run here did not succeed: {', '.join(bad)}; see each run folder's status.json", 1)
 
 
 def _job_return(spec: PointSpec, value) -> JobReturn:

@@ -1,0 +1,50 @@
+"""The sweep command's own truths: which keys take one value per command, and its exit status
+after points run on this machine (``cluster=local``)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from omegaconf import OmegaConf
+
+from grpokit.run_folder import RunFolder, write_json_atomic
+from grpokit.run_folder.claim import SweepFolderError
+from grpokit.submit import sweep
+
+
+@pytest.mark.parametrize("key", ["use_live_code", "sweep_name", "resume", "dry_run", "wait", "logs_root"])
+def test_a_command_key_cannot_be_swept(key):
+    """One sweep command makes one sweep folder with one code snapshot: ``use_live_code=true,false``
+    (or any folder setting with two values) is refused before anything is built or submitted."""
+    overrides = [[f"{key}=a", "rollout.n=2"], [f"{key}=b", "rollout.n=2"]]
+    with pytest.raises(SweepFolderError, match=rf"^{key} is swept, .*Give {key} one value"):
+        sweep.sweep_options(OmegaConf.create({}), overrides)
+
+
+def _point(tmp_path, name: str, state: str | None):
+    run = RunFolder(tmp_path / name)
+    run.path.mkdir()
+    if state:
+        write_json_atomic(run.status, {"state": state, "attempts": []})
+    # the two fields local_failures reads of a grpokit.config.point.PointSpec
+    return SimpleNamespace(name=name, run_dir=str(run.path))
+
+
+def test_a_point_that_failed_here_makes_the_command_exit_1_naming_it(tmp_path, capsys):
+    specs = [
+        _point(tmp_path, "000_ok", "completed"),
+        _point(tmp_path, "001_nogpu", "skipped_no_gpu"),
+        _point(tmp_path, "002_bad", "failed"),
+    ]
+    codes = [0, 0, 1]  # the drivers' exit statuses (grpokit.runtime.outcome.Exit)
+    assert sweep.local_failures(specs, codes) == ["002_bad (failed)"]
+    with pytest.raises(SystemExit) as exc:
+        sweep._exit_if_failed_here(specs, codes)
+    assert exc.value.code == 1
+    assert "1 point(s) run here did not succeed: 002_bad (failed)" in capsys.readouterr().err
+
+
+def test_points_that_completed_or_were_skipped_here_leave_the_command_at_0(tmp_path):
+    specs = [_point(tmp_path, "000_ok", "completed"), _point(tmp_path, "001_nogpu", "skipped_no_gpu")]
+    sweep._exit_if_failed_here(specs, [0, 0])  # returns: no SystemExit

@@ -13,6 +13,7 @@ validate against verl's schema and whose launcher (``hydra/launcher=grpokit``) c
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -37,9 +38,16 @@ def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv holding only the grpokit wheel (dependencies visible from the checkout's venv)."""
     tmp = tmp_path_factory.mktemp("wheel")
     env = {k: v for k, v in os.environ.items() if k not in ("GRPOKIT_HOME", "PYTHONPATH", "VIRTUAL_ENV")}
+    # Built from a copy of what the wheel is made of: setuptools builds in the source tree (build/,
+    # *.egg-info), which must not land in the checkout others work in.
+    source = tmp / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    shutil.copytree(REPO / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     # --no-build-isolation: setuptools from this venv (no index to fetch a build environment from)
     _run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp), str(REPO)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp), str(source)],
         tmp,
         env,
     )

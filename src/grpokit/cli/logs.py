@@ -18,7 +18,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-from grpokit.run_folder import FINAL_STATES
+from grpokit.run_folder import FINAL_STATES, AttemptFolder, RunFolder, SweepFolder
 from grpokit.run_folder.metrics import attempt_dirs
 from grpokit.run_folder.status import read_status
 
@@ -38,9 +38,9 @@ def find_run_dir(where: Path, point: str | None) -> Path:
     """
     where = Path(where)
     if point is None:
-        if (where / "point.json").exists() or (where / "attempts").is_dir():
+        if RunFolder(where).point.exists() or RunFolder(where).attempts_dir.is_dir():
             return where
-        if (where / "manifest.json").exists():
+        if SweepFolder(where).manifest.exists():
             raise PointNotFound(f"{where} is a sweep folder: name a point, e.g. grpokit logs {where} 0")
         raise PointNotFound(f"{where}: not a run folder (no point.json); pass logs/<sweep>/<NNN_point>")
     from grpokit.run_folder.manifest import read_manifest
@@ -57,11 +57,11 @@ def log_files(attempt: Path, only: tuple[str, ...] = KINDS) -> list[tuple[str, P
     """``(label, path)`` of an attempt's logs: driver, trainer, then each sidecar (``sidecar:<name>``)."""
     out = []
     if "driver" in only:
-        out.append(("driver", attempt / "driver.log"))
+        out.append(("driver", AttemptFolder(attempt).driver_log))
     if "trainer" in only:
-        out.append(("trainer", attempt / "trainer.log"))
-    if "sidecars" in only and (attempt / "sidecars").is_dir():
-        out += [(f"sidecar:{p.stem}", p) for p in sorted((attempt / "sidecars").glob("*.log"))]
+        out.append(("trainer", AttemptFolder(attempt).trainer_log))
+    if "sidecars" in only and AttemptFolder(attempt).sidecars.is_dir():
+        out += [(f"sidecar:{p.stem}", p) for p in sorted(AttemptFolder(attempt).sidecars.glob("*.log"))]
     return out
 
 

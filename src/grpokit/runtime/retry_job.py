@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path
 
 from grpokit.config.point import PointSpec
+from grpokit.run_folder.layout import AttemptFolder
 from grpokit.runtime.first_error import first_error_in_file
 from grpokit.runtime.outcome import Outcome
 from grpokit.runtime.retry import CRASH, Decision, crash_kind, decide
@@ -41,7 +42,7 @@ def on_outcome(
     """
     if outcome.state != CRASH or outcome.ended_by != CRASH or not outcome.trainer_exit or attempt_dir is None:
         return outcome, None
-    kind = crash_kind(first_error_in_file(Path(attempt_dir) / "trainer.log"), outcome.trainer_exit)
+    kind = crash_kind(first_error_in_file(AttemptFolder(attempt_dir).trainer_log), outcome.trainer_exit)
     in_slurm = bool(host.in_slurm())
     try:
         nodes = list(host.node_names()) if in_slurm else []

@@ -92,3 +92,27 @@ def test_the_batch_script_puts_the_snapshot_first_on_pythonpath(tmp_path):
         env={"PATH": os.environ["PATH"], "PYTHONPATH": "/keep"},
     )
     assert out.stdout.splitlines()[-1] == f"{sweep}/code/src:/keep"
+
+
+def test_the_halving_controller_runs_the_snapshot_too(tmp_path, monkeypatch):
+    """The controller job (successive halving) ranks and resubmits: it runs the frozen code, as the points do."""
+    import submitit
+
+    from grpokit.submit import halving
+
+    sweep = tmp_path / "sweep"
+    snapshot.take(sweep, package_src=checkout(tmp_path) / "src")
+    seen = {}
+
+    def fake_submit(self, fn, *args):  # no sbatch here: the batch script's setup lines are what matter
+        seen["setup"] = list(self.parameters.get("setup") or [])
+
+        class Job:
+            job_id = "1"
+
+        return Job()
+
+    monkeypatch.setattr(submitit.SlurmExecutor, "submit", fake_submit)
+    halving.submit_controller(sweep, {"partition": "gpu", "setup": ["echo site"]}, ["7"], 0)
+    assert seen["setup"][0] == "echo site"
+    assert seen["setup"][-1] == f'export PYTHONPATH={sweep}/code/src"${{PYTHONPATH:+:$PYTHONPATH}}"'

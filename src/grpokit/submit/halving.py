@@ -39,6 +39,7 @@ from typing import Any
 
 from grpokit.config.point import PointSpec
 from grpokit.run_folder.layout import HALVING, RunFolder
+from grpokit.submit import snapshot
 
 log = logging.getLogger(__name__)
 
@@ -225,6 +226,7 @@ def submit_controller(sweep_dir: Path, cluster: Mapping, after: list[str], stage
         if cluster.get(key):
             params[key] = cluster[key]
     executor.update_parameters(**params)
+    snapshot.use(executor, Path(sweep_dir))  # the controller runs the sweep's frozen code, as its points do
     job = executor.submit(HalvingController(), str(sweep_dir), stage)
     return str(job.job_id)
 

@@ -202,6 +202,7 @@ def test_status_json_output(sweep, slurm, capsys):
         "last_reward",
         "val_acc",
         "elapsed_s",
+        "eta_s",
     }
     assert not math.isnan(rows[5]["elapsed_s"])
 

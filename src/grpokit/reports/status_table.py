@@ -33,6 +33,7 @@ STATE_STYLE = {
     "timeout": "red",
     "cancelled": "dim",
     "skipped_no_gpu": "yellow",
+    "pruned": "magenta",
     "not submitted": "dim",
     "unknown": "dim",
 }
@@ -57,6 +58,7 @@ class StatusRow:
     elapsed_s: float | None
     reason: str | None = None
     extra: dict = field(default_factory=dict)
+    eta_s: float | None = None  # running points: steps left x measured step time (:func:`eta_s`)
 
     @property
     def fraction(self) -> float:
@@ -84,6 +86,7 @@ def status_row(point: Point, slurm: SlurmJobState | None, now: datetime | None =
     elif slurm is not None and slurm.elapsed_s:
         elapsed = slurm.elapsed_s
     state = point_state(point, slurm)
+    step, target = (max(steps) if steps else None), status.get("target_step")
     return StatusRow(
         index=point.index,
         name=point.name,
@@ -97,7 +100,20 @@ def status_row(point: Point, slurm: SlurmJobState | None, now: datetime | None =
         val_acc=val_acc,
         elapsed_s=elapsed,
         reason=point_reason(point, slurm, state),
+        eta_s=eta_s(df, step, target) if state == "running" else None,
     )
+
+
+def eta_s(df, step: int | None, target: int | None, last: int = 5) -> float | None:
+    """Seconds to the target: steps left x the median of verl's ``timing_s/step`` over the last
+    ``last`` logged steps (the measured step time, validation and saving included); None before a
+    step was measured or without a target."""
+    if not target or step is None or "timing_s/step" not in df.columns:
+        return None
+    times = df["timing_s/step"].dropna().tail(last)
+    if not len(times):
+        return None
+    return max(0, target - step) * float(times.median())
 
 
 def collect_rows(sweep: Sweep, now: datetime | None = None) -> list[StatusRow]:
@@ -125,6 +141,7 @@ def row_json(row: StatusRow) -> dict:
         "last_reward": clean(row.last_reward),
         "val_acc": clean(row.val_acc),
         "elapsed_s": clean(row.elapsed_s),
+        "eta_s": clean(row.eta_s),
     }
 
 
@@ -158,6 +175,7 @@ def render_table(sweep: Sweep, rows: list[StatusRow]) -> Table:
     table.add_column("reward", justify="right")
     table.add_column("val acc", justify="right")
     table.add_column("elapsed", justify="right")
+    table.add_column("ETA", justify="right")
     table.add_column("reason", max_width=60, overflow="ellipsis", no_wrap=True)
     for r in rows:
         table.add_row(
@@ -172,6 +190,7 @@ def render_table(sweep: Sweep, rows: list[StatusRow]) -> Table:
             _num(r.last_reward),
             _num(r.val_acc),
             format_duration(r.elapsed_s),
+            format_duration(r.eta_s),
             r.reason or "",
         )
     return table

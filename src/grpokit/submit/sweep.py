@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from hydra.core.utils import JobReturn, JobStatus
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from grpokit.config.override_step import cached_interpolation_parsing
 from grpokit.config.point import PointSpec, build_point, kit_notices
@@ -30,8 +30,8 @@ from grpokit.run_folder.claim import (
 )
 from grpokit.run_folder.claim import claim as claim_folder
 from grpokit.run_folder.manifest import read_manifest, write_manifest
+from grpokit.submit import halving, snapshot
 from grpokit.submit import resume as resume_mod
-from grpokit.submit import snapshot
 from grpokit.submit.task import RunPointTask
 from grpokit.submit.wait import attempt_counts, wait_for
 from grpokit.validate import Problem, SweepValidationError, validate_points
@@ -283,6 +283,11 @@ def launch_sweep(
     except SweepFolderError as exc:
         _refuse(str(exc))
     specs = build_points(config, load, job_overrides, first_index, name=opts["name"])
+    try:  # successive halving (halving.rungs): every point's first target is the first rung
+        plan = halving.plan_of(first.get("halving"), specs, swept_keys(job_overrides), opts)
+    except halving.HalvingError as exc:
+        _refuse(str(exc))
+    specs = halving.at_first_rung(specs, plan)
     try:
         validate_points(specs)
         check_picklable(specs)
@@ -290,13 +295,13 @@ def launch_sweep(
         print(str(exc), file=sys.stderr)
         raise SystemExit(2) from None
     log.info("validated %d point(s) in %.1f s", len(specs), time.monotonic() - started)
-    cluster = OmegaConf.to_container(first.cluster, resolve=True)
+    cluster = specs[0].cluster  # typed: grpokit.config.schema.ClusterConf (reads as a mapping too)
     keys = swept_keys(job_overrides)
     meta = {"experiment": str(first.experiment.name), "cluster": str(cluster.get("kind")), "swept_keys": keys}
 
     def rebuild(name: str) -> list[PointSpec]:
         log.info("sweep folder %s was taken; this sweep is %s", opts["name"], name)
-        return build_points(config, load, job_overrides, first_index, name=name)
+        return halving.at_first_rung(build_points(config, load, job_overrides, first_index, name=name), plan)
 
     if opts["dry_run"]:
         return dry_run(opts, specs, cluster, meta, rebuild)
@@ -313,7 +318,10 @@ def launch_sweep(
             return resume_sweep(claim, specs, cluster, wait=opts["wait"])
         if cluster.get("kind") == "slurm" and not first.get("use_live_code", False):
             snapshot.take(claim.path)  # the code every attempt of every point runs (grpokit.submit.snapshot)
-        return submit_new(claim, specs, cluster, meta, wait=opts["wait"])
+        returns = submit_new(claim, specs, cluster, meta, wait=opts["wait"])
+        if plan is not None:
+            halving.start(claim.path, specs, plan)  # the controller job that continues the best points
+        return returns
 
 
 def dry_run(opts: dict[str, Any], specs: list[PointSpec], cluster: dict[str, Any], meta: dict, rebuild):

@@ -5,7 +5,7 @@ merge, serving) in minutes; it learns nothing (random weights score 0). Shapes (
 
 - ``tiny`` / ``tiny-qwen3``: ``Qwen3ForCausalLM``, hidden 256, 2 layers, vocab 4096, ~2.2 M
   parameters: the model that trained, resumed, merged and served on the GPU host
-  (shared/docs/gpu-stack.md, "A model to train"). It is the default because vLLM 0.24.0, the
+  (docs/gpu-stack.md, "A model to train"). It is the default because vLLM 0.24.0, the
   rollout engine there, cannot load a text-only ``Qwen3_5ForCausalLM`` checkpoint: its registry
   lists Qwen3.5 only as ``Qwen3_5ForConditionalGeneration``, to which it maps the text-only
   name, and that class reads ``config.vision_config``.

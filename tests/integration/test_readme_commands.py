@@ -5,7 +5,7 @@ Only what the README itself documents is set: the kit's environment active (``.v
 PATH, as ``source .venv/bin/activate`` does), ``GSM8K_SOURCE`` pointing at the local GSM8K folder
 and ``MODEL=tiny`` (the random-weight smoke model, built here) instead of the hub. The placeholders
 ``<sweep>`` and ``<point>`` are filled in from what the commands printed (the sweep folder a sweep
-reports, its first point). A command whose comment carries ``[needs GPU]`` or ``[needs hub]`` (or
+reports, its first point). A command whose comment carries ``[needs GPU]``, ``[needs hub]`` or ``[needs internet]`` (or
 a block whose first line is a comment carrying it) is skipped with that reason, and ``make test``
 (``[is the test suite]``) does not run itself. A command that submits to Slurm is followed until
 its jobs are final, and a point that ends ``failed``/``cancelled`` fails the test like a non-zero exit.
@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(2400)]
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("GRPOKIT_SHARED", REPO.parent / "shared"))
-MARKER = re.compile(r"\[(needs GPU|needs hub|is the test suite)\]")
+MARKER = re.compile(r"\[(needs GPU|needs hub|needs internet|is the test suite)\]")
 FENCE = re.compile(r"^```(bash|sh|shell)\s*$")
 SWEEP_PRINTED = re.compile(r"sweep folder (\S+)")
 SBATCH_PRINTED = re.compile(r"Submitted batch job (\d+)")
@@ -140,7 +140,7 @@ def test_every_documented_command_is_recognised():
     assert any(t.startswith("make run") for t in texts)
     assert any("launch/sweep.py -m" in t and "verl." in t for t in texts), "continuation lines joined"
     assert any(t.startswith("sbatch slurm/train.sbatch") for t in texts)
-    assert {c.skip for c in commands} <= {None, "needs GPU", "needs hub", "is the test suite"}
+    assert {c.skip for c in commands} <= {None, "needs GPU", "needs hub", "needs internet", "is the test suite"}
 
 
 def test_readme_and_docs_commands_run_as_written(slurm):

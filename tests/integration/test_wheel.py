@@ -59,7 +59,10 @@ def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
             [venv / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
         ).strip()
     )
-    (site / "zz_checkout_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # The dependencies this interpreter sees (its site-packages and any a .pth of it adds), as plain
+    # path lines: a .pth path is not scanned for .pth files, so the checkout's editable grpokit stays out.
+    deps = [sysconfig.get_paths()["purelib"], *(p for p in sys.path if p.endswith("site-packages"))]
+    (site / "zz_checkout_deps.pth").write_text("\n".join(dict.fromkeys(deps)) + "\n")
     _run(
         [
             sys.executable,

@@ -143,3 +143,31 @@ def slurm() -> None:
     """Skip unless the local Slurm test cluster is up (``bash slurm/local_cluster.sh up``)."""
     if not slurm_up():
         pytest.skip("no local Slurm cluster (bash slurm/local_cluster.sh up)")
+
+
+def _bare_point(run_root: Path, index: int, cluster: dict, sweep_name: str):
+    """A point with only what submission needs: name, folders and Slurm request; other sections empty."""
+    from grpokit.config.point import PointSpec
+
+    name = f"{index:03d}"
+    return PointSpec(
+        sweep_name=sweep_name,
+        index=index,
+        name=name,
+        run_dir=str(run_root / name),
+        checkpoint_dir=str(run_root / name / "checkpoints"),
+        kit_overrides=[],
+        swept={},
+        verl_overrides=[],
+        experiment={},
+        model={},
+        cluster=cluster,
+        runtime={},
+        sidecars={},
+    )
+
+
+@pytest.fixture
+def bare_point():
+    """``bare_point(run_root, index, cluster, sweep_name)``: a minimal PointSpec (tests cannot import conftest)."""
+    return _bare_point

@@ -22,29 +22,12 @@ from grpokit.submit.resubmit import submit_again
 pytestmark = pytest.mark.slurm
 
 
-def sweep_folder(tmp_path: Path, name: str, kind: str) -> tuple[Path, list[PointSpec]]:
+def sweep_folder(tmp_path: Path, name: str, kind: str, bare_point) -> tuple[Path, list[PointSpec]]:
     sweep = tmp_path / name
     cluster = {"kind": kind, "partition": "gpu", "nodes": 1, "gpus_per_node": 1, "cpus_per_task": 1, "mem_gb": 1}
     if kind == "slurm":
         cluster.update(array_parallelism=2, additional_parameters={"hold": True})  # queued, never run
-    specs = [
-        PointSpec(
-            sweep_name=name,
-            index=i,
-            name=f"{i:03d}",
-            run_dir=str(sweep / f"{i:03d}"),
-            checkpoint_dir=str(sweep / f"{i:03d}" / "checkpoints"),
-            kit_overrides=[],
-            swept={},
-            verl_overrides=[],
-            experiment={},
-            model={},
-            cluster=cluster,
-            runtime={},
-            sidecars={},
-        )
-        for i in range(2)
-    ]
+    specs = [bare_point(sweep, i, cluster, name) for i in range(2)]
     for spec in specs:
         Path(spec.run_dir).mkdir(parents=True)
         (Path(spec.run_dir) / "point.json").write_text(spec.to_json())
@@ -53,9 +36,9 @@ def sweep_folder(tmp_path: Path, name: str, kind: str) -> tuple[Path, list[Point
 
 
 @pytest.mark.parametrize("kind", ["slurm", "local"])
-def test_submit_again_submits_like_the_sweep_and_records_it(slurm, tmp_path, kind):
+def test_submit_again_submits_like_the_sweep_and_records_it(slurm, tmp_path, kind, bare_point):
     name = f"again{uuid.uuid4().hex[:6]}"
-    sweep, specs = sweep_folder(tmp_path, name, kind)
+    sweep, specs = sweep_folder(tmp_path, name, kind, bare_point)
     with open_existing(sweep) as claim:
         job_ids, changed = submit_again(claim, specs, {0: "failed", 1: "timeout"}, how="resubmit")
     try:

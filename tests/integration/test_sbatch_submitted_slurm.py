@@ -19,7 +19,7 @@ from grpokit.slurm.executor import executor_parameters
 pytestmark = pytest.mark.slurm
 
 
-def test_the_submitted_batch_script_is_the_rendered_one(slurm, tmp_path):
+def test_the_submitted_batch_script_is_the_rendered_one(slurm, tmp_path, bare_point):
     from grpokit.submit.arrays import submit_arrays
 
     name = f"render{uuid.uuid4().hex[:6]}"
@@ -36,21 +36,7 @@ def test_the_submitted_batch_script_is_the_rendered_one(slurm, tmp_path):
     }
 
     def spec(i: int) -> PointSpec:
-        return PointSpec(
-            sweep_name=name,
-            index=i,
-            name=f"{i:03d}",
-            run_dir=str(tmp_path / f"{i:03d}"),
-            checkpoint_dir=str(tmp_path / f"{i:03d}" / "checkpoints"),
-            kit_overrides=[],
-            swept={},
-            verl_overrides=[],
-            experiment={},
-            model={},
-            cluster=cluster,
-            runtime={},
-            sidecars={},
-        )
+        return bare_point(tmp_path, i, cluster, name)
 
     folder = tmp_path / "submitit"
     ids = submit_arrays(folder, [spec(0), spec(1)], name=name, max_size=64)

@@ -124,31 +124,14 @@ def test_arrays_per_request_share_the_parallelism_and_the_dry_run_shows_them():
     assert "#SBATCH --output=/r/submitit/%A_%a_0_log.out" in text  # the sweep's own submitit folder
 
 
-def test_a_refused_submission_leaves_the_sweep_folder_consistent(tmp_path):
+def test_a_refused_submission_leaves_the_sweep_folder_consistent(tmp_path, bare_point):
     from grpokit.config.point import PointSpec
     from grpokit.run_folder.manifest import write_manifest
     from grpokit.submit.arrays import SubmissionError, after_refusal
 
     def folder(name: str) -> tuple[Path, list[PointSpec]]:
         sweep = tmp_path / name
-        specs = [
-            PointSpec(
-                sweep_name=name,
-                index=i,
-                name=f"{i:03d}",
-                run_dir=str(sweep / f"{i:03d}"),
-                checkpoint_dir=str(sweep / f"{i:03d}" / "checkpoints"),
-                kit_overrides=[],
-                swept={},
-                verl_overrides=[],
-                experiment={},
-                model={},
-                cluster=REQUEST,
-                runtime={},
-                sidecars={},
-            )
-            for i in range(2)
-        ]
+        specs = [bare_point(sweep, i, REQUEST, name) for i in range(2)]
         for spec in specs:  # what the sweep command writes before it submits
             Path(spec.run_dir).mkdir(parents=True)
             (Path(spec.run_dir) / "point.json").write_text(spec.to_json())

@@ -99,6 +99,8 @@ def sweep(tmp_path) -> Path:
         point_folder(sweep, 4, "failed", [attempt(1, "failed")], job="100_4", reason="old failure"),
         # Still training (Slurm RUNNING).
         point_folder(sweep, 5, "running", [attempt(1, None)], job="100_5"),
+        # Wrote completed and closed its attempt; Slurm still says RUNNING while it stops Ray and sidecars.
+        point_folder(sweep, 6, "completed", [attempt(1, "completed")], job="100_6"),
     ]
     points[4]["job_id"] = "200_0"
     (sweep / "manifest.json").write_text(json.dumps({"sweep": "truth", "swept_keys": [], "points": points}))
@@ -112,6 +114,7 @@ SLURM = {
     "100_3": SlurmJobState("100_3", "COMPLETED", "scontrol"),
     "200_0": SlurmJobState("200_0", "CANCELLED", "scontrol"),
     "100_5": SlurmJobState("100_5", "RUNNING", "squeue", elapsed_s=1800.0),
+    "100_6": SlurmJobState("100_6", "RUNNING", "squeue", elapsed_s=600.0),
 }
 
 
@@ -130,6 +133,7 @@ def test_the_jobs_own_final_state_wins_over_slurms(sweep, slurm):
     assert rows[3].state == "unknown"
     assert rows[4].state == "cancelled"  # the new job's word, not the old status.json's
     assert rows[5].state == "running"
+    assert rows[6].state == "completed"  # the outcome is written; the job is only releasing its nodes
 
 
 def test_reason_column_is_the_first_line_of_the_jobs_reason(sweep, slurm):
@@ -186,7 +190,7 @@ def test_status_json_output(sweep, slurm, capsys):
     status = load_cli("status")
     assert status.main([str(sweep), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [r["state"] for r in rows] == ["skipped_no_gpu", "completed", "failed", "unknown", "cancelled", "running"]
+    assert [r["state"] for r in rows] == ["skipped_no_gpu", "completed", "failed", "unknown", "cancelled", "running", "completed"]
     assert rows[0]["reason"] == SKIPPED_REASON and rows[0]["job_id"] == "100_0"
     assert rows[0]["last_reward"] is None  # NaN becomes null
     assert set(rows[0]) == {

@@ -65,8 +65,10 @@ def point_state(point: Point, slurm: SlurmJobState | None) -> str:
     """queued | running | completed | failed | preempted | timeout | cancelled | skipped_no_gpu |
     pruned | not submitted | unknown.
 
-    A live Slurm state (queued/running) wins: status.json lags behind the scheduler. Once Slurm says
-    the job ended, the state the job recorded for itself (a final ``state`` in status.json, its last
+    A live Slurm state (queued/running) wins: status.json lags behind the scheduler; except that a
+    job still RUNNING whose own status.json already records a final state with its attempt closed
+    is shown by that state (the driver wrote its outcome and is stopping Ray and the sidecars: the
+    point is done, the job is only releasing its nodes). Once Slurm says the job ended, the state the job recorded for itself (a final ``state`` in status.json, its last
     attempt closed, written by this job) wins over Slurm's word: a job that ran every stage but
     training exits 0 (Slurm's COMPLETED) and is ``skipped_no_gpu``; one that failed its point and
     exited by itself is ``failed``. An attempt stopped by the warning signal that recorded no final
@@ -80,6 +82,8 @@ def point_state(point: Point, slurm: SlurmJobState | None) -> str:
     own = _own_final_word(point)
     if slurm is not None and slurm.kit_state != "unknown":
         word = slurm.kit_state
+        if word == "running" and own is not None:
+            return own  # outcome written, the job is only cleaning up
         if word in ("queued", "running"):
             return word
         if own is not None:

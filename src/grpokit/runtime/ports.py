@@ -104,17 +104,38 @@ def reserve_ports(count: int, *, contiguous: int = 0, host: str = "0.0.0.0", own
                 raise RuntimeError(f"no free port in [{LOW}, {HIGH}) on {host}")
         block: list[int] = []
         if contiguous:
-            for _try in range(500):
-                start = rng.randrange(LOW, HIGH - contiguous)
-                candidate = list(range(start, start + contiguous))
-                if all(ok(p) for p in candidate):
-                    block = candidate
-                    break
-            else:
-                raise RuntimeError(f"no block of {contiguous} free ports in [{LOW}, {HIGH})")
+            start = _find_block(contiguous, ok, rng.randrange(LOW, max(LOW + 1, HIGH - contiguous + 1)), host)
+            block = list(range(start, start + contiguous))
         data[f"{owner}-{len(data)}-{rng.random():.6f}"] = {"pid": owner, "ports": chosen + block}
         _write(data)
     return chosen + ([block[0]] if block else [])
+
+
+def _find_block(size: int, ok, origin: int, host: str) -> int:
+    """First port of ``size`` consecutive ports that all pass ``ok``, scanning ``[LOW, HIGH)`` once
+    from ``origin`` (random, so that jobs spread out) and wrapping round.
+
+    Many jobs on one host fragment the range (each holds single ports and a block): a scan finds
+    any gap that fits, where random probes miss the few that are left. Each port is tested about once;
+    a port that fails moves the candidate start past it.
+
+    Raises:
+        RuntimeError: no gap of ``size`` free ports; says the largest gap found.
+    """
+    largest = 0
+    for lo, hi in ((origin, HIGH), (LOW, min(origin + size - 1, HIGH))):
+        run_start = lo
+        for port in range(lo, hi):
+            if not ok(port):
+                run_start = port + 1
+                continue
+            largest = max(largest, port - run_start + 1)
+            if port - run_start + 1 == size:
+                return run_start
+    raise RuntimeError(
+        f"no block of {size} free ports in [{LOW}, {HIGH}) on {host}: the largest free gap has {largest} "
+        "(many jobs on this node); set runtime.ray_worker_ports lower, or ask for a node with fewer jobs"
+    )
 
 
 def _read() -> dict:

@@ -105,3 +105,62 @@ def test_an_exclusion_that_would_leave_the_job_no_node_is_dropped_and_said():
 )
 def test_crash_kind_is_the_first_errors_class(line, code, kind):
     assert crash_kind(line, code) == kind
+
+
+@pytest.mark.parametrize(
+    ("earlier", "nodes", "retry", "why"),
+    [
+        # Ray did not start on node1 (after the in-job tries): a node problem, retried elsewhere
+        ([], ["node1"], True, "retry 1 of runtime.max_retries=1 in 60 s, excluding node1"),
+        # Ray failed again on another node: the failure follows the point (e.g. its own setting)
+        (
+            [crash("ray_failed", "node1", ended_by="ray_failed")],
+            ["node2"],
+            False,
+            "same crash twice on node1, node2 (ray_failed): not retried",
+        ),
+        # a trainer crash before it spent the budget
+        ([crash("RuntimeError", "node1")], ["node2"], False, "runtime.max_retries=1 spent"),
+    ],
+)
+def test_a_ray_failure_is_retried_on_other_nodes_like_a_crash(earlier, nodes, retry, why):
+    d = decide(kind="ray_failed", nodes=nodes, earlier=earlier, max_retries=1, backoff_s=60, in_slurm=True)
+    assert d.retry is retry and why in d.why, d
+
+
+class _SlurmHost:
+    def in_slurm(self) -> bool:
+        return True
+
+    def node_names(self) -> list[str]:
+        return ["node2"]
+
+
+@pytest.mark.parametrize(
+    ("ended_by", "state", "reason"),
+    [
+        ("ray_failed", "requeued", "Ray head did not start on node2 within 180 s: cannot connect to 127.0.0.1:1"),
+        ("sidecar_failed", "failed", "sidecar answer exited with 1 during start-up, while Ray was starting"),
+        ("invalid", "failed", "the point does not validate"),
+    ],
+)
+def test_on_outcome_retries_a_ray_start_failure_and_keeps_its_reason(
+    ended_by, state, reason, bare_point, tmp_path, monkeypatch
+):
+    from grpokit.run_folder import StatusFile
+    from grpokit.runtime import retry_job
+    from grpokit.runtime.outcome import Outcome
+
+    monkeypatch.setattr(retry_job, "partition_node_count", lambda: 3)
+    spec = bare_point(tmp_path)
+    status = StatusFile(spec.run_dir)
+    status.start_attempt(target_step=4, slurm={})
+    outcome, decision = retry_job.on_outcome(spec, status, Outcome("failed", ended_by, reason), tmp_path, _SlurmHost())
+    assert outcome.state == state
+    if ended_by != "ray_failed":
+        assert decision is None and outcome.reason == reason
+        return
+    assert outcome.requeue and decision.exclude == ("node2",)
+    attempt = status.data["attempts"][-1]
+    assert (attempt["crash"], attempt["nodes"], attempt["reason"]) == ("ray_failed", ["node2"], reason)
+    assert outcome.reason == f"retry 1 of runtime.max_retries=1 in 60 s, excluding node2; {reason}"

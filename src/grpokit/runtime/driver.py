@@ -382,6 +382,7 @@ class Driver:
             multi_node_host=host,
             timeout_s=float(self.spec.runtime.ray_start_timeout_s),
             stop_requested=lambda: self.stop_signal is not None,
+            abort=self._check_sidecars,  # a sidecar that died at once fails the attempt now, not after Ray's wait
             **ray_resources.cluster_sizes(self.spec.runtime, num_cpus),
         )
         self.timings["ray_ready_s"] = round(time.monotonic() - t, 2)
@@ -392,6 +393,12 @@ class Driver:
         write_json_atomic(self.folder.endpoints, endpoints)
         ray_env["RAY_ADDRESS"] = self.cluster.address
         return ray_env
+
+    def _check_sidecars(self) -> None:
+        """Raise :class:`SidecarError` when a started sidecar has exited (polled while Ray starts)."""
+        check = getattr(self.parts.sidecars, "check_alive", None)
+        if check is not None:
+            check(self.sidecars)
 
     def _sidecar_overrides(self) -> list[str]:
         """``reward_kwargs`` that point the reward at the sidecars (``spec.reward_kwargs`` templates)."""

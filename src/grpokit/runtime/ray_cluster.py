@@ -17,6 +17,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -175,31 +176,48 @@ class RayCluster:
 
 
 #: Ray's own start-up wait for its raylet is a fixed 30 s (ray/_private/node.py); on an overloaded
-#: node (many jobs starting at once on few cores) it gives up. Such a start is retried this often.
+#: node (many jobs starting at once on few cores) it gives up. Such a start is tried this often.
 START_ATTEMPTS = 3
+#: Any other failed start (a port taken between its reservation and Ray's bind, the deadline
+#: passed, a process that exited) is tried this often, each try with fresh ports.
+OTHER_START_ATTEMPTS = 2
 _OVERLOAD = "timed out during startup"
 
 
 def start_cluster(**kwargs) -> RayCluster:
-    """:func:`start_cluster_once`, retried when Ray's head gave up on an overloaded node.
+    """:func:`start_cluster_once`, tried again when it failed: an environment failure on a loaded node.
 
-    Every try gets fresh ports and a fresh temp dir; any other failure is raised at once.
+    Each failed try has its processes stopped and its temp dir removed (by
+    :func:`start_cluster_once`); the next gets fresh ports (the failed try's stay reserved until the
+    job ends, so that a port some stray process holds is not chosen again) and a fresh temp dir.
+    Ray's own start-up time-out on an overloaded node is tried :data:`START_ATTEMPTS` times, any
+    other failure :data:`OTHER_START_ATTEMPTS` times; each try is logged (the job's ``driver.log``).
+    A stop signal, or ``abort`` raising, ends the start at once without a new try.
+
+    Raises:
+        RayStartError: the last try's error (its first line: ``Ray head did not start on <node>
+            ...``); :class:`RayStartInterrupted` when the job is stopping.
     """
     stop_requested = kwargs.get("stop_requested")
-    for attempt in range(1, START_ATTEMPTS + 1):
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             return start_cluster_once(**kwargs)
+        except RayStartInterrupted:
+            raise
         except RayStartError as exc:
-            if _OVERLOAD not in str(exc) or attempt == START_ATTEMPTS:
+            tries = START_ATTEMPTS if _OVERLOAD in str(exc) else OTHER_START_ATTEMPTS
+            if attempt >= tries:
                 raise
             if stop_requested is not None and stop_requested():
                 raise RayStartInterrupted("the job is stopping: Ray's start is not tried again") from exc
             log.warning(
-                "ray head timed out during its own start-up (node overloaded); try %d of %d",
-                attempt + 1,
-                START_ATTEMPTS,
+                "ray start failed (try %d of %d): %s; its processes were stopped, trying again with fresh ports",
+                attempt,
+                tries,
+                str(exc).splitlines()[0],
             )
-    raise AssertionError("unreachable")
 
 
 def start_cluster_once(
@@ -212,6 +230,7 @@ def start_cluster_once(
     multi_node_host: str | None,
     timeout_s: float,
     stop_requested: Callable[[], bool] | None = None,
+    abort: Callable[[], None] | None = None,
     object_store_bytes: int | None = None,
     worker_ports: int = WORKER_PORT_BLOCK,
 ) -> RayCluster:
@@ -229,9 +248,13 @@ def start_cluster_once(
         worker_ports: size of each node's worker port range.
         stop_requested: polled while waiting; when it turns true the start is given up
             (:class:`RayStartInterrupted`), since the job is stopping anyway.
+        abort: called while waiting; what it raises ends the start (the cluster is stopped
+            first): the driver's check that its sidecars are still alive.
 
     Raises:
-        RayStartError: a Ray process exited or the deadline passed; the log tail is included.
+        RayStartError: a Ray process exited or the deadline passed; the first line names the
+            component and node (``Ray head did not start on <node> within <s> s: <first error>``),
+            the log tail follows.
     """
     host = "127.0.0.1" if len(nodes) <= 1 else (multi_node_host or "127.0.0.1")
     temp_dir = short_temp_dir()
@@ -287,13 +310,24 @@ def start_cluster_once(
             log.info("ray worker on %s: %s", node, " ".join(worker_cmd))
             cluster.workers.append(procs.start(worker_cmd, log_dir / f"ray_worker_{node}.log", env=worker_env))
         wait_ready(
-            cluster, env=env, num_gpus=num_gpus, timeout_s=timeout_s, log_dir=log_dir, stop_requested=stop_requested
+            cluster,
+            env=env,
+            num_gpus=num_gpus,
+            timeout_s=timeout_s,
+            log_dir=log_dir,
+            stop_requested=stop_requested,
+            abort=abort,
         )
         restrict_temp_dir(temp_dir)
     except BaseException:
         cluster.stop(grace_s=5)
         raise
     return cluster
+
+
+#: The probe gets this long past ``timeout_s`` (its own deadline; ``import ray`` and a last
+#: ``ray.init`` may overrun it) before it is killed.
+PROBE_GRACE_S = 30
 
 
 def wait_ready(
@@ -304,13 +338,16 @@ def wait_ready(
     timeout_s: float,
     log_dir: Path,
     stop_requested: Callable[[], bool] | None = None,
+    abort: Callable[[], None] | None = None,
 ) -> dict:
     """Poll (in a probe process) until every node is alive and its GPUs are registered.
 
     Raises:
-        RayStartError: a Ray process exited or the probe gave up.
+        RayStartError: a Ray process exited or the probe gave up (:func:`start_failure`).
         RayStartInterrupted: ``stop_requested()`` turned true (the job got a stop signal).
+        whatever ``abort()`` raises (called every 0.5 s while waiting).
     """
+    t0 = time.monotonic()
     probe = [
         sys.executable,
         "-m",
@@ -332,21 +369,56 @@ def wait_ready(
                 proc.kill()
                 proc.communicate()
                 raise RayStartInterrupted("the job is stopping: Ray's start was given up") from None
+            if abort is not None:
+                try:
+                    abort()
+                except BaseException:
+                    proc.kill()
+                    proc.communicate()
+                    raise
+            if time.monotonic() > t0 + timeout_s + PROBE_GRACE_S:  # the probe hangs in ray.init past its deadline
+                proc.kill()
+                proc.communicate()
+                raise start_failure(
+                    cluster.nodes, 0, log_dir, f"within {timeout_s:g} s", "the probe's ray.init did not return"
+                ) from None
             dead = [p for p in [cluster.head, *cluster.workers] if p.poll() is not None]
             if dead:
                 proc.kill()
                 proc.communicate()
-                which = "head" if cluster.head in dead else "worker"
-                log_file = log_dir / ("ray_head.log" if which == "head" else f"ray_worker_{cluster.nodes[1]}.log")
-                raise RayStartError(
-                    f"ray {which} exited with {dead[0].returncode} during start-up; "
-                    f"last lines of {log_file}:\n{procs.tail(log_file)}"
+                index = [cluster.head, *cluster.workers].index(dead[0])
+                raise start_failure(
+                    cluster.nodes,
+                    index,
+                    log_dir,
+                    f"(it exited with {dead[0].returncode} after {time.monotonic() - t0:.0f} s)",
                 ) from None
     if proc.returncode != 0:
-        raise RayStartError(
-            f"ray not ready within {timeout_s:.0f} s: {err.strip()[-2000:]}\n"
-            f"head log tail:\n{procs.tail(log_dir / 'ray_head.log')}"
-        )
+        lines = err.strip().splitlines()
+        last = lines[-1] if lines else "the probe gave up"
+        # "1/2 nodes alive": the head registered, a worker did not (the probe's own words)
+        worker_missing = len(cluster.nodes) > 1 and re.match(r"[1-9]\d*/\d+ nodes alive", last)
+        raise start_failure(cluster.nodes, 1 if worker_missing else 0, log_dir, f"within {timeout_s:g} s", last)
     summary = json.loads(out.strip().splitlines()[-1])
     log.info("ray ready: %s", summary)
     return summary
+
+
+def start_failure(nodes: list[str], index: int, log_dir: Path, what: str, fallback: str = "") -> RayStartError:
+    """The error of a failed start of node ``index`` of ``nodes`` (0: the head, else a worker).
+
+    Its first line: ``Ray head did not start on <node> <what>: <first real error>``, the first
+    error being the exception line of the first traceback in the node's log
+    (:mod:`grpokit.runtime.first_error`), else ``fallback``, else the log's last line; then the
+    last lines of that log (kept in the message: :func:`start_cluster` reads Ray's own overload
+    time-out there).
+    """
+    from grpokit.runtime.first_error import first_error_in_file
+
+    node = nodes[index] if index < len(nodes) else "?"
+    which = "head" if index == 0 else "worker"
+    log_file = log_dir / ("ray_head.log" if index == 0 else f"ray_worker_{node}.log")
+    tail = procs.tail(log_file)
+    tail_lines = [x for x in tail.splitlines() if x.strip()]
+    first = first_error_in_file(log_file) or fallback or (tail_lines[-1] if tail_lines else "no output")
+    return RayStartError(f"Ray {which} did not start on {node} {what}: {first}\nlast lines of {log_file}:\n{tail}")

@@ -1,12 +1,15 @@
 """Automatic bounded retry of a crashed point, on other nodes (issue 16.3).
 
 A *crash* is an attempt whose trainer exited non-zero by itself (no stop signal, no watchdog):
-``ended_by: failed`` with the trainer's exit code. Time-outs, preemptions and hangs are requeued
-by their own rules (:mod:`grpokit.runtime.stop_decision`, the watchdog); start-up refusals
-(``invalid``), sidecar and Ray failures and early exits are not retried (a retry would meet them
-again). The crash's *kind* is the class of the first error line in ``trainer.log``
-(:mod:`grpokit.runtime.first_error`: ``RuntimeError: CUDA error ...`` -> ``RuntimeError``), or
-``exit <code>`` when the log holds no traceback.
+``ended_by: failed`` with the trainer's exit code; or an attempt whose Ray did not start (after
+the in-job tries of :func:`grpokit.runtime.ray_cluster.start_cluster`) or died under the trainer,
+``ended_by: ray_failed``: a node problem (a loaded or broken node), retried elsewhere like a crash.
+Time-outs, preemptions and hangs are requeued by their own rules
+(:mod:`grpokit.runtime.stop_decision`, the watchdog); start-up refusals (``invalid``), sidecar
+failures and early exits are not retried (a retry would meet them again). The crash's *kind* is
+the class of the first error line in ``trainer.log`` (:mod:`grpokit.runtime.first_error`:
+``RuntimeError: CUDA error ...`` -> ``RuntimeError``), or ``exit <code>`` when the log holds no
+traceback, or ``ray_failed`` for Ray.
 
 :func:`decide` (pure, the table below) takes the attempt's crash and the point's earlier attempts
 since its last explicit resubmission, each with the ``crash`` kind and the ``nodes`` it ran on
@@ -36,6 +39,10 @@ import re
 
 #: ``ended_by`` of an attempt whose trainer crashed (exited non-zero by itself).
 CRASH = "failed"
+#: ``ended_by`` of an attempt whose Ray did not start or died: retried as a crash of this kind.
+RAY_FAILED = "ray_failed"
+#: ``ended_by`` values that are crashes (:func:`decide`'s ``earlier`` attempts count them).
+RETRIED = (CRASH, RAY_FAILED)
 
 _CLASS = re.compile(r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)(?::|$)")
 
@@ -92,7 +99,7 @@ def decide(
         return Decision(False, "not retried outside Slurm: run the same command again to resume")
     if max_retries <= 0:
         return Decision(False, "not retried (runtime.max_retries=0)")
-    crashes = [a for a in earlier if a.get("ended_by") == CRASH and a.get("crash")]
+    crashes = [a for a in earlier if a.get("ended_by") in RETRIED and a.get("crash")]
     for before in crashes:
         if before["crash"] == kind and set(before.get("nodes") or []) != set(nodes):
             where = ", ".join([*(before.get("nodes") or ["?"]), *nodes])

@@ -1,6 +1,7 @@
 """The job's side of a crash retry: what the driver records and asks Slurm (:mod:`grpokit.runtime.retry` decides).
 
-The driver hands each attempt's outcome to :func:`on_outcome`; after a crash the attempt in
+The driver hands each attempt's outcome to :func:`on_outcome`; after a crash (or a Ray failure,
+:mod:`grpokit.runtime.retry`) the attempt in
 ``status.json`` gets ``crash`` (its kind), ``nodes`` (where it ran),
 ``reason`` (its first line) and ``retry`` (the decision). A retried point is requeued like a
 time-out (``scontrol requeue <array>_<task>``, same id and run folder); once Slurm holds it again
@@ -20,7 +21,7 @@ from grpokit.config.point import PointSpec
 from grpokit.run_folder.layout import AttemptFolder
 from grpokit.runtime.first_error import first_error_in_file
 from grpokit.runtime.outcome import Outcome
-from grpokit.runtime.retry import CRASH, Decision, crash_kind, decide
+from grpokit.runtime.retry import CRASH, RAY_FAILED, Decision, crash_kind, decide
 from grpokit.slurm.nodes import partition_node_count
 from grpokit.slurm.requeue import delay_and_exclude
 
@@ -40,9 +41,14 @@ def on_outcome(
     ``retry``) and its reason is preceded by the decision's line. ``host``: the driver's view of
     the machine (``in_slurm()``, ``node_names()``).
     """
-    if outcome.state != CRASH or outcome.ended_by != CRASH or not outcome.trainer_exit or attempt_dir is None:
+    if outcome.state != CRASH or attempt_dir is None:
         return outcome, None
-    kind = crash_kind(first_error_in_file(AttemptFolder(attempt_dir).trainer_log), outcome.trainer_exit)
+    if outcome.ended_by == RAY_FAILED:  # Ray did not start here (tried again in the job) or died: the node
+        kind = RAY_FAILED
+    elif outcome.ended_by == CRASH and outcome.trainer_exit:
+        kind = crash_kind(first_error_in_file(AttemptFolder(attempt_dir).trainer_log), outcome.trainer_exit)
+    else:
+        return outcome, None
     in_slurm = bool(host.in_slurm())
     try:
         nodes = list(host.node_names()) if in_slurm else []

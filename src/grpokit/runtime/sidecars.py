@@ -4,7 +4,8 @@ Each sidecar is declared in the experiment config under ``sidecars.<name>`` and 
 port(s), its own API key (passed in the environment, never on the command line or in a log), its
 own log file, and the GPUs the job's GPU plan gives it. Readiness is an HTTP health check polled
 until a deadline, and the process must stay alive meanwhile: a slow server is waited for, a dead
-one fails the job at once with the last lines of its log.
+one fails the job at once with the last lines of its log, also while Ray is still starting
+(:func:`check_alive`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from grpokit.runtime import ports
+from grpokit.runtime import ports, procs
 from grpokit.serving import vllm
 
 log = logging.getLogger(__name__)
@@ -167,6 +168,22 @@ def wait_ready(sc: Sidecar, timeout_s: float | None = None) -> float:
         return vllm.wait_ready(url, sc.key, sc.proc, timeout_s, sc.log_path, name=f"sidecar {sc.name}")
     except vllm.ServerError as exc:
         raise SidecarError(str(exc)) from None
+
+
+def check_alive(sidecars: dict[str, Sidecar]) -> None:
+    """Raise when a started sidecar has exited: the driver calls it while Ray starts, so that a
+    server that dies at once fails the attempt at once, not after Ray's start-up wait.
+
+    Raises:
+        SidecarError: ``sidecar <name> exited with <code> during start-up, while Ray was starting``,
+            then its log's tail.
+    """
+    for sc in sidecars.values():
+        if sc.proc is not None and sc.proc.poll() is not None:
+            raise SidecarError(
+                f"sidecar {sc.name} exited with {sc.proc.returncode} during start-up, while Ray was starting; "
+                f"last lines of {sc.log_path}:\n{procs.tail(sc.log_path)}"
+            )
 
 
 def stop(sidecars: dict[str, Sidecar], grace_s: float) -> None:

@@ -145,29 +145,37 @@ def slurm() -> None:
         pytest.skip("no local Slurm cluster (bash slurm/local_cluster.sh up)")
 
 
-def _bare_point(run_root: Path, index: int, cluster: dict, sweep_name: str):
-    """A point with only what submission needs: name, folders and Slurm request; other sections empty."""
+def _bare_point(run_root: Path, index: int = 0, cluster: dict | None = None, sweep_name: str = "s", **fields):
+    """A point with only what submission needs: name, folders and Slurm request; other sections empty.
+
+    ``fields`` replace any other PointSpec field (``name``, ``verl_overrides``, ``runtime``,
+    ``sidecars``, ``checkpoint_dir``, ...); ``run_dir`` is ``run_root/name`` and ``checkpoint_dir``
+    its ``checkpoints`` unless given.
+    """
     from grpokit.config.point import PointSpec
 
-    name = f"{index:03d}"
-    return PointSpec(
+    name = fields.pop("name", f"{index:03d}")
+    run_dir = Path(run_root) / name
+    bare = dict(
         sweep_name=sweep_name,
         index=index,
         name=name,
-        run_dir=str(run_root / name),
-        checkpoint_dir=str(run_root / name / "checkpoints"),
+        run_dir=str(run_dir),
+        checkpoint_dir=str(run_dir / "checkpoints"),
         kit_overrides=[],
         swept={},
         verl_overrides=[],
         experiment={},
         model={},
-        cluster=cluster,
+        cluster=cluster or {},
         runtime={},
         sidecars={},
     )
+    return PointSpec(**{**bare, **fields})
 
 
 @pytest.fixture
 def bare_point():
-    """``bare_point(run_root, index, cluster, sweep_name)``: a minimal PointSpec (tests cannot import conftest)."""
+    """``bare_point(run_root, index=0, cluster=None, sweep_name="s", **fields)``: a minimal PointSpec
+    (tests cannot import conftest)."""
     return _bare_point

@@ -157,7 +157,7 @@ def test_a_sweep_larger_than_max_array_size_goes_out_as_several_arrays(kit, slur
         subprocess.run(["scancel", "-n", name], check=False)
 
 
-def test_a_submission_slurm_refuses_is_one_line_and_leaves_nothing_queued(slurm, tmp_path):
+def test_a_submission_slurm_refuses_is_one_line_and_leaves_nothing_queued(slurm, tmp_path, bare_point):
     """The arrays of a sweep go out together or not at all (a request the checks could not see)."""
     from grpokit.submit.arrays import SubmissionError, submit_arrays
 
@@ -177,21 +177,7 @@ def test_a_submission_slurm_refuses_is_one_line_and_leaves_nothing_queued(slurm,
     }
 
     def spec(i: int, partition: str) -> PointSpec:
-        return PointSpec(
-            sweep_name=name,
-            index=i,
-            name=f"{i:03d}",
-            run_dir=str(tmp_path / f"{i:03d}"),
-            checkpoint_dir=str(tmp_path / f"{i:03d}" / "checkpoints"),
-            kit_overrides=[],
-            swept={},
-            verl_overrides=[],
-            experiment={},
-            model={},
-            cluster={**cluster, "partition": partition},
-            runtime={},
-            sidecars={},
-        )
+        return bare_point(tmp_path, i, {**cluster, "partition": partition}, name)
 
     # two requests -> two arrays; Slurm takes the first and refuses the second (no such partition)
     specs = [spec(0, "gpu"), spec(1, "gpu"), spec(2, "nosuchpartition")]

@@ -48,18 +48,16 @@ def signal_handlers():
         signal.signal(s, handler)
 
 
-def make_spec(tmp_path: Path, *, steps: int = 5, **runtime) -> PointSpec:
+def make_spec(bare_point, tmp_path: Path, *, steps: int = 5, **runtime) -> PointSpec:
     """One point as the sweep builds it, with a sidecar whose URL goes into the reward's kwargs."""
-    run_dir = tmp_path / "logs" / "unit" / "000_lifecycle"
     ckpt = tmp_path / "ckpt" / "000_lifecycle"
-    return PointSpec(
-        sweep_name="unit",
-        index=0,
+    return bare_point(
+        tmp_path / "logs" / "unit",
+        0,
+        {"gpus_per_node": 1, "signal_delay_s": LEAD_S},
+        "unit",
         name="000_lifecycle",
-        run_dir=str(run_dir),
         checkpoint_dir=str(ckpt),
-        kit_overrides=[],
-        swept={},
         verl_overrides=[
             f"trainer.total_training_steps={steps}",
             "trainer.save_freq=1",
@@ -68,9 +66,6 @@ def make_spec(tmp_path: Path, *, steps: int = 5, **runtime) -> PointSpec:
             f"trainer.default_local_dir={ckpt}",
             "trainer.logger=[console,file]",
         ],
-        experiment={},
-        model={},
-        cluster={"gpus_per_node": 1, "signal_delay_s": LEAD_S},
         # kill_grace_s / save_deadline_s: short, so that a stop that goes wrong fails in seconds
         runtime={"trainer_cmd": ["stand-in-trainer"], "kill_grace_s": 2, "save_deadline_s": 30, **runtime},
         sidecars={"memory": {"kind": "stand_in", "reward_kwargs": {"memory_url": "{url}/v1"}}},
@@ -132,8 +127,8 @@ def assert_closed(r, spec, saved_handlers, *, in_slurm=False) -> None:
     assert r.seconds < 20
 
 
-def test_completion(tmp_path, signal_handlers):
-    spec = make_spec(tmp_path, steps=3)
+def test_completion(tmp_path, bare_point, signal_handlers):
+    spec = make_spec(bare_point, tmp_path, steps=3)
     r = run_attempt(spec)
     assert (r.code, r.status["state"], r.attempt["ended_by"]) == (0, "completed", "completed")
     assert r.status["exit_code"] == 0 and r.status["last_step"] == 3
@@ -143,8 +138,8 @@ def test_completion(tmp_path, signal_handlers):
     assert_closed(r, spec, signal_handlers)
 
 
-def test_validation_failure_stops_what_started_meanwhile(tmp_path, signal_handlers):
-    spec = make_spec(tmp_path)
+def test_validation_failure_stops_what_started_meanwhile(tmp_path, bare_point, signal_handlers):
+    spec = make_spec(bare_point, tmp_path)
     problem = "point 000_lifecycle: data.max_prompt_length=9: too short; fix: at least 512"
     r = run_attempt(spec, problems=[problem])
     assert (r.code, r.status["state"], r.attempt["ended_by"]) == (1, "failed", "invalid")
@@ -154,8 +149,8 @@ def test_validation_failure_stops_what_started_meanwhile(tmp_path, signal_handle
     assert_closed(r, spec, signal_handlers)
 
 
-def test_sidecar_death_stops_the_trainer(tmp_path, signal_handlers):
-    spec = make_spec(tmp_path)
+def test_sidecar_death_stops_the_trainer(tmp_path, bare_point, signal_handlers):
+    spec = make_spec(bare_point, tmp_path)
     sidecars = doubles.StandInSidecars()
     r = run_attempt(spec, sidecars=sidecars, script={2: lambda _t: sidecars.die("memory")})
     assert (r.code, r.status["state"], r.attempt["ended_by"]) == (1, "failed", "sidecar_failed")
@@ -165,8 +160,8 @@ def test_sidecar_death_stops_the_trainer(tmp_path, signal_handlers):
     assert_closed(r, spec, signal_handlers)
 
 
-def test_ray_death_stops_the_trainer(tmp_path, signal_handlers):
-    spec = make_spec(tmp_path)
+def test_ray_death_stops_the_trainer(tmp_path, bare_point, signal_handlers):
+    spec = make_spec(bare_point, tmp_path)
     ray = doubles.StandInRay()
     r = run_attempt(spec, ray=ray, script={2: lambda _t: ray.clusters[0].kill()})
     assert (r.code, r.status["state"], r.attempt["ended_by"]) == (1, "failed", "ray_failed")
@@ -194,8 +189,8 @@ def _send(sig):
     ],
     ids=["time-out", "time-out-budget-spent", "preemption"],
 )
-def test_usr2_saves_then_decides(tmp_path, signal_handlers, host_kw, runtime, expected):
-    spec = make_spec(tmp_path, **runtime)
+def test_usr2_saves_then_decides(tmp_path, bare_point, signal_handlers, host_kw, runtime, expected):
+    spec = make_spec(bare_point, tmp_path, **runtime)
     host = doubles.StandInHost(**host_kw)
     r = run_attempt(spec, host=host, script={2: _send(signal.SIGUSR2)})
     state, ended_by, requeues, code = expected
@@ -216,8 +211,8 @@ def test_usr2_saves_then_decides(tmp_path, signal_handlers, host_kw, runtime, ex
     ],
     ids=["scancel", "preempted-requeue-mode"],
 )
-def test_sigterm_saves_then_decides(tmp_path, signal_handlers, view, expected):
-    spec = make_spec(tmp_path)
+def test_sigterm_saves_then_decides(tmp_path, bare_point, signal_handlers, view, expected):
+    spec = make_spec(bare_point, tmp_path)
     host = doubles.StandInHost(in_slurm=True, time_left_s=500, view=view)
     r = run_attempt(spec, host=host, script={2: _send(signal.SIGTERM)})
     assert (r.status["state"], r.attempt["ended_by"], r.code) == expected
@@ -226,8 +221,8 @@ def test_sigterm_saves_then_decides(tmp_path, signal_handlers, view, expected):
     assert_closed(r, spec, signal_handlers, in_slurm=True)
 
 
-def test_trainer_crash(tmp_path, signal_handlers):
-    spec = make_spec(tmp_path)
+def test_trainer_crash(tmp_path, bare_point, signal_handlers):
+    spec = make_spec(bare_point, tmp_path)
 
     def crash(_trainer):
         raise doubles.Crash("CUDA error: an illegal memory access was encountered")
@@ -239,11 +234,11 @@ def test_trainer_crash(tmp_path, signal_handlers):
     assert_closed(r, spec, signal_handlers)
 
 
-def test_trainer_that_ignores_the_save_request_is_stopped_at_the_deadline(tmp_path, signal_handlers):
+def test_trainer_that_ignores_the_save_request_is_stopped_at_the_deadline(tmp_path, bare_point, signal_handlers):
     """A fake clock that moves 100 s per reading passes the 30 s save budget at the next poll: the
     driver stops the trainer and the attempt ends without a new checkpoint, in well under a second
     of real time."""
-    spec = make_spec(tmp_path, steps=50)
+    spec = make_spec(bare_point, tmp_path, steps=50)
     r = run_attempt(spec, script={2: _send(signal.SIGUSR2)}, ignore_save=True, clock=doubles.FakeClock(100))
     # outside Slurm: checkpoint and stop, the same command resumes it
     assert (r.code, r.status["state"], r.attempt["ended_by"]) == (0, "requeued", "preempted")
@@ -253,10 +248,10 @@ def test_trainer_that_ignores_the_save_request_is_stopped_at_the_deadline(tmp_pa
     assert_closed(r, spec, signal_handlers)
 
 
-def test_second_attempt_resumes_and_logs_apart(tmp_path, signal_handlers):
+def test_second_attempt_resumes_and_logs_apart(tmp_path, bare_point, signal_handlers):
     """Two attempts in one process: the second resumes the first's checkpoint; each driver.log
     holds its own attempt only and the root logger does not gain handlers."""
-    spec = make_spec(tmp_path)
+    spec = make_spec(bare_point, tmp_path)
     handlers_before = len(logging.getLogger().handlers)
     first = run_attempt(spec, script={2: _send(signal.SIGUSR2)})
     assert first.status["state"] == "requeued"
@@ -269,7 +264,7 @@ def test_second_attempt_resumes_and_logs_apart(tmp_path, signal_handlers):
     assert_closed(second, spec, signal_handlers)
 
 
-def test_a_real_trainer_process_tree_is_stopped_when_ray_dies(tmp_path, signal_handlers):
+def test_a_real_trainer_process_tree_is_stopped_when_ray_dies(tmp_path, bare_point, signal_handlers):
     """The real trainer part (``TrainerProcess``: its own session, stopped as a tree): a trainer
     that never ends by itself and has a child of its own is gone, child included, after the close."""
     import psutil
@@ -280,7 +275,7 @@ def test_a_real_trainer_process_tree_is_stopped_when_ray_dies(tmp_path, signal_h
         "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
         f"open({str(child_pid)!r}, 'w').write(str(c.pid)); time.sleep(600)"
     )
-    spec = make_spec(tmp_path, trainer_cmd=["python", "-c", script])
+    spec = make_spec(bare_point, tmp_path, trainer_cmd=["python", "-c", script])
     ray = doubles.StandInRay()
 
     def kill_ray_once_the_trainer_runs():

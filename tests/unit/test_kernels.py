@@ -30,28 +30,20 @@ def model(tmp_path: Path, config: dict) -> Path:
     return tmp_path
 
 
-def spec(overrides: list[str]) -> PointSpec:
-    return PointSpec(
-        sweep_name="s",
-        index=0,
-        name="000",
-        run_dir="/tmp/x",
-        checkpoint_dir="/tmp/x/ckpt",
-        kit_overrides=[],
-        swept={},
-        verl_overrides=overrides,
-        experiment={},
-        model={},
-        cluster={"gpus_per_node": 1},
-        runtime={},
-        sidecars={},
-    )
+@pytest.fixture
+def spec(bare_point):
+    """``spec(verl_overrides)``: a one-GPU point with these verl overrides."""
+
+    def make(overrides: list[str]) -> PointSpec:
+        return bare_point(Path("/tmp/x"), 0, {"gpus_per_node": 1}, verl_overrides=overrides)
+
+    return make
 
 
 QWEN35 = {"model_type": "qwen3_5", "text_config": {"layer_types": ["linear_attention", "full_attention"]}}
 
 
-def test_triton_backend_is_chosen_for_a_linear_attention_model_without_flashinfer(tmp_path: Path) -> None:
+def test_triton_backend_is_chosen_for_a_linear_attention_model_without_flashinfer(tmp_path: Path, spec) -> None:
     point = spec([f"actor_rollout_ref.model.path={model(tmp_path, QWEN35)}"])
     assert kernel_overrides(point, flashinfer=False) == [TRITON]
     assert kernel_overrides(point, flashinfer=True) == []
@@ -59,7 +51,7 @@ def test_triton_backend_is_chosen_for_a_linear_attention_model_without_flashinfe
     assert TRITON in trainer.command(point, [])
 
 
-def test_the_points_own_backend_and_models_without_linear_attention_are_left_alone(tmp_path: Path) -> None:
+def test_the_points_own_backend_and_models_without_linear_attention_are_left_alone(tmp_path: Path, spec) -> None:
     (tmp_path / "a").mkdir()
     qwen35 = model(tmp_path / "a", QWEN35)
     own = spec([f"actor_rollout_ref.model.path={qwen35}", f"+{GDN_BACKEND_KEY}=flashinfer"])
@@ -98,7 +90,7 @@ def test_fla_is_fine_with_a_new_triton_with_tilelang_off_hopper_or_not_installed
     assert fla_problem(**{**H200_FLA, "compute_capability": ""}) is None  # no GPU answered
 
 
-def test_the_job_fails_before_the_trainer_starts_only_for_linear_attention_models(tmp_path: Path) -> None:
+def test_the_job_fails_before_the_trainer_starts_only_for_linear_attention_models(tmp_path: Path, spec) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     qwen35 = spec([f"actor_rollout_ref.model.path={model(tmp_path / 'a', QWEN35)}"])
@@ -121,11 +113,13 @@ def _lifecycle_module():
     return module
 
 
-def test_the_driver_ends_the_attempt_with_the_line_and_starts_no_trainer(tmp_path: Path, monkeypatch) -> None:
+def test_the_driver_ends_the_attempt_with_the_line_and_starts_no_trainer(
+    tmp_path: Path, monkeypatch, bare_point
+) -> None:
     lifecycle = _lifecycle_module()
     saved = {s: signal.getsignal(s) for s in lifecycle.STOP_SIGNALS}
     (tmp_path / "m").mkdir()
-    point = lifecycle.make_spec(tmp_path)
+    point = lifecycle.make_spec(bare_point, tmp_path)
     point = dataclasses.replace(
         point, verl_overrides=[*point.verl_overrides, f"actor_rollout_ref.model.path={model(tmp_path / 'm', QWEN35)}"]
     )

@@ -11,7 +11,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from grpokit.config.point import PointSpec
 from grpokit.evaluation import compare as evaluation
 from grpokit.runtime.ports import reserve_ports
 from grpokit.serving import vllm
@@ -234,21 +233,18 @@ def test_gpu_placement(monkeypatch):
     assert visible_gpus(probe=True) == ["4", "5"]
 
 
-def test_defaults_from_run_folder_and_errors(tmp_path, capsys):
+def test_defaults_from_run_folder_and_errors(tmp_path, capsys, bare_point):
     cli = load_cli()
     run = tmp_path / "000_a"
     run.mkdir()
     with pytest.raises(FileNotFoundError, match="point.json not found: pass a run folder"):
         cli.resolve(cli.parse_args(["--run-dir", str(run)]))
     # point.json as the sweep writes it (PointSpec.to_json); serve-eval reads it, not verl_cmd.sh.
-    spec = PointSpec(
-        sweep_name="s",
-        index=0,
+    spec = bare_point(
+        tmp_path,
+        0,
+        {"kind": "local"},
         name=run.name,
-        run_dir=str(run),
-        checkpoint_dir=str(run / "checkpoints"),
-        kit_overrides=[],
-        swept={},
         verl_overrides=[
             "actor_rollout_ref.model.path=/models/Qwen2.5-0.5B",
             "data.val_files=['/data/gsm8k/test.parquet']",
@@ -256,9 +252,6 @@ def test_defaults_from_run_folder_and_errors(tmp_path, capsys):
         ],
         experiment={"name": "gsm8k_grpo"},
         model={"name": "qwen", "path": "/models/Qwen2.5-0.5B"},
-        cluster={"kind": "local"},
-        runtime={},
-        sidecars={},
     )
     (run / "point.json").write_text(spec.to_json())
     with pytest.raises(ValueError, match="grpokit merge"):

@@ -20,24 +20,27 @@ from grpokit.submit import resume, wait
 LR = "actor_rollout_ref.actor.optim.lr"
 
 
-def spec(root: Path, index: int, *, lr: str | None = "2e-06", n: int = 2, cluster: dict | None = None) -> PointSpec:
-    name = f"{index:03d}_n-{n}"
-    verl = [f"actor_rollout_ref.rollout.n={n}", "data.train_batch_size=8"] + ([f"{LR}={lr}"] if lr else [])
-    return PointSpec(
-        sweep_name=root.name,
-        index=index,
-        name=name,
-        run_dir=str(root / name),
-        checkpoint_dir=str(root / name / "checkpoints"),
-        kit_overrides=[f"verl.actor_rollout_ref.rollout.n={n}"],
-        swept={"verl.actor_rollout_ref.rollout.n": str(n)},
-        verl_overrides=verl,
-        experiment={"name": "gsm8k_grpo", "data_dir": "/data/gsm8k"},
-        model={"name": "tiny", "path": "/models/tiny"},
-        cluster=cluster or {"kind": "slurm", "timeout_min": 15},
-        runtime={"max_timeout_requeues": 3},
-        sidecars={},
-    )
+@pytest.fixture
+def spec(bare_point):
+    """``spec(root, index, *, lr, n, cluster)``: a point of sweep ``root`` with ``rollout.n`` swept."""
+
+    def make(root: Path, index: int, *, lr: str | None = "2e-06", n: int = 2, cluster: dict | None = None) -> PointSpec:
+        verl = [f"actor_rollout_ref.rollout.n={n}", "data.train_batch_size=8"] + ([f"{LR}={lr}"] if lr else [])
+        return bare_point(
+            root,
+            index,
+            cluster or {"kind": "slurm", "timeout_min": 15},
+            root.name,
+            name=f"{index:03d}_n-{n}",
+            kit_overrides=[f"verl.actor_rollout_ref.rollout.n={n}"],
+            swept={"verl.actor_rollout_ref.rollout.n": str(n)},
+            verl_overrides=verl,
+            experiment={"name": "gsm8k_grpo", "data_dir": "/data/gsm8k"},
+            model={"name": "tiny", "path": "/models/tiny"},
+            runtime={"max_timeout_requeues": 3},
+        )
+
+    return make
 
 
 def submitted_sweep(root: Path, specs: list[PointSpec]) -> dict:
@@ -114,7 +117,7 @@ def test_an_explicit_name_claimed_at_the_same_moment_has_exactly_one_owner(tmp_p
     assert len((tmp_path / "lr_sweep" / SUBMISSIONS).read_text().splitlines()) == 1
 
 
-def test_a_real_sweep_takes_over_a_dry_run_folder_and_a_dry_run_never_takes_a_sweep(tmp_path):
+def test_a_real_sweep_takes_over_a_dry_run_folder_and_a_dry_run_never_takes_a_sweep(tmp_path, spec):
     dry = folder.dry_run_folder(tmp_path, "s", generated=False)
     (dry / "dry_run.md").write_text("# Dry run")
     write_manifest(dry, [spec(dry, 0)], [None], experiment="e", cluster="slurm", swept_keys=[], dry_run=True)
@@ -126,7 +129,7 @@ def test_a_real_sweep_takes_over_a_dry_run_folder_and_a_dry_run_never_takes_a_sw
     assert folder.dry_run_folder(tmp_path, "s", generated=True) == tmp_path / "s-2"
 
 
-def test_check_before_validation_refuses_a_taken_name_and_a_resume_of_nothing(tmp_path):
+def test_check_before_validation_refuses_a_taken_name_and_a_resume_of_nothing(tmp_path, spec):
     with pytest.raises(SweepFolderError, match="no sweep folder .* to resume"):
         folder.check_before_validation(tmp_path / "typo", resume=True, generated=False)
     submitted_sweep(tmp_path / "s", [spec(tmp_path / "s", 0)])
@@ -142,7 +145,7 @@ def test_a_sweep_name_is_one_folder_name(tmp_path, name):
         folder.claim(tmp_path, name, generated=False, resume=False)
 
 
-def test_a_resume_locks_the_folder_and_appends_to_its_submissions(tmp_path):
+def test_a_resume_locks_the_folder_and_appends_to_its_submissions(tmp_path, spec):
     root = tmp_path / "s"
     submitted_sweep(root, [spec(root, 0)])
     with folder.claim(tmp_path, "s", generated=False, resume=True) as c:
@@ -161,14 +164,14 @@ def test_a_resume_locks_the_folder_and_appends_to_its_submissions(tmp_path):
 # --- resume: the settings must be the recorded ones ---------------------------------------------
 
 
-def test_identical_settings_resume_and_cluster_or_runtime_changes_are_allowed(tmp_path):
+def test_identical_settings_resume_and_cluster_or_runtime_changes_are_allowed(tmp_path, spec):
     root = tmp_path / "s"
     manifest = submitted_sweep(root, [spec(root, i, n=n) for i, n in enumerate((2, 4, 8))])
     again = [spec(root, i, n=n, cluster={"kind": "slurm", "timeout_min": 60}) for i, n in enumerate((2, 4, 8))]
     assert resume.check_same_settings(manifest, again) == []
 
 
-def test_a_changed_lr_is_refused_naming_every_point_the_key_and_both_values(tmp_path):
+def test_a_changed_lr_is_refused_naming_every_point_the_key_and_both_values(tmp_path, spec):
     root = tmp_path / "s"
     manifest = submitted_sweep(root, [spec(root, i, n=n) for i, n in enumerate((2, 4, 8))])
     problems = resume.check_same_settings(manifest, [spec(root, i, n=n, lr="5e-06") for i, n in enumerate((2, 4, 8))])
@@ -176,14 +179,14 @@ def test_a_changed_lr_is_refused_naming_every_point_the_key_and_both_values(tmp_
     assert all("2e-06 -> 5e-06" in p.message for p in problems)
 
 
-def test_a_key_left_at_verls_default_is_shown_with_verls_value(tmp_path):
+def test_a_key_left_at_verls_default_is_shown_with_verls_value(tmp_path, spec):
     root = tmp_path / "s"
     manifest = submitted_sweep(root, [spec(root, 0, lr=None)])
     (p,) = resume.check_same_settings(manifest, [spec(root, 0, lr="5e-06")])
     assert p.key == f"verl.{LR}" and p.message.startswith("1e-06 (verl's default) -> 5e-06")
 
 
-def test_a_changed_point_set_is_refused_naming_the_points(tmp_path):
+def test_a_changed_point_set_is_refused_naming_the_points(tmp_path, spec):
     root = tmp_path / "s"
     manifest = submitted_sweep(root, [spec(root, i, n=n) for i, n in enumerate((2, 4, 8))])
     more = resume.check_same_settings(manifest, [spec(root, i, n=n) for i, n in enumerate((2, 4, 8, 16))])
@@ -193,7 +196,7 @@ def test_a_changed_point_set_is_refused_naming_the_points(tmp_path):
     assert "not made by this command" in fewer[0].message
 
 
-def test_a_point_that_never_started_is_compared_by_its_recorded_overrides(tmp_path):
+def test_a_point_that_never_started_is_compared_by_its_recorded_overrides(tmp_path, spec):
     root = tmp_path / "s"
     manifest = submitted_sweep(root, [spec(root, 0)])
     (root / "000_n-2" / "point.json").unlink()
@@ -215,7 +218,7 @@ def test_only_points_not_completed_queued_or_running_are_resubmitted():
     assert resume.to_resubmit(states) == {1: "failed", 4: "timeout", 5: "not submitted", 6: "cancelled"}
 
 
-def test_replaced_job_ids_are_kept_in_the_points_history(tmp_path):
+def test_replaced_job_ids_are_kept_in_the_points_history(tmp_path, spec):
     root = tmp_path / "s"
     manifest = submitted_sweep(root, [spec(root, i) for i in range(3)])
     changed = replace_job_ids(manifest, {1: ("9_0", "failed")})
@@ -235,7 +238,7 @@ def _status(run_dir: Path, state: str, attempts: int) -> None:
     (run_dir / "status.json").write_text(json.dumps(body))
 
 
-def test_wait_ignores_a_final_status_left_by_an_earlier_run(tmp_path, monkeypatch):
+def test_wait_ignores_a_final_status_left_by_an_earlier_run(tmp_path, monkeypatch, spec):
     specs = [spec(tmp_path, i) for i in range(3)]
     for s in specs:  # all three ended in an earlier submission
         _status(Path(s.run_dir), "failed", 1)
@@ -257,7 +260,7 @@ def test_wait_ignores_a_final_status_left_by_an_earlier_run(tmp_path, monkeypatc
     assert len(polls) == 4, "returned before this submission's attempts were final"
 
 
-def test_wait_ends_for_a_job_slurm_ended_without_a_status(tmp_path, monkeypatch):
+def test_wait_ends_for_a_job_slurm_ended_without_a_status(tmp_path, monkeypatch, spec):
     specs = [spec(tmp_path, 0)]
     _status(Path(specs[0].run_dir), "completed", 1)
     monkeypatch.setattr(wait.time, "sleep", lambda _s: None)

@@ -92,27 +92,13 @@ def test_arrays_are_split_at_max_array_size():
     assert array_chunks(3, 64) == [range(0, 3)]
 
 
-def test_arrays_per_request_share_the_parallelism_and_the_dry_run_shows_them():
+def test_arrays_per_request_share_the_parallelism_and_the_dry_run_shows_them(bare_point):
     from grpokit.config.point import PointSpec
     from grpokit.submit.arrays import array_requests, dry_run_section
 
     def spec(i: int, mem: int) -> PointSpec:
         cluster = {**REQUEST, "mem_gb": mem, "timeout_min": 5, "signal_delay_s": 60, "array_parallelism": 4}
-        return PointSpec(
-            sweep_name="s",
-            index=i,
-            name=f"{i:03d}",
-            run_dir=f"/r/{i}",
-            checkpoint_dir=f"/r/{i}/c",
-            kit_overrides=[],
-            swept={},
-            verl_overrides=[],
-            experiment={},
-            model={},
-            cluster=cluster,
-            runtime={},
-            sidecars={},
-        )
+        return bare_point(Path("/r"), i, cluster)
 
     specs = [spec(0, 1), spec(1, 2), spec(2, 1), spec(3, 1)]  # cluster.mem_gb=1,2,1,1 swept
     arrays = array_requests(specs, max_size=2)

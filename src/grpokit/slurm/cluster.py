@@ -160,6 +160,17 @@ def parse_max_array_size(config_text: str) -> int:
     return int(m.group(1)) if m else DEFAULT_MAX_ARRAY_SIZE
 
 
+def array_chunks(num_points: int, max_array_size: int) -> list[range]:
+    """Point indices per job array: one array when it fits ``MaxArraySize``, else several.
+
+    Slurm's array indices run from 0 to ``MaxArraySize - 1``, so one array holds at most
+    ``max_array_size`` tasks. Example: ``array_chunks(130, 64) == [range(0, 64), range(64, 128),
+    range(128, 130)]``.
+    """
+    size = max(int(max_array_size), 1)
+    return [range(i, min(i + size, num_points)) for i in range(0, num_points, size)]
+
+
 def max_array_size() -> int:
     """Slurm's ``MaxArraySize`` (``scontrol show config``); the default 1001 when it cannot be read."""
     try:

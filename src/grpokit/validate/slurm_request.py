@@ -6,7 +6,7 @@ GPUs or nodes than the partition has, a time limit above its ``MaxTime``) become
 :class:`~grpokit.validate.problems.Problem` naming the ``cluster.*`` key and the value that fits.
 What the facts cannot judge (accounts, QOS, constraints) is asked of Slurm with ``sbatch
 --test-only`` and the same ``#SBATCH`` lines submitit would write. A sweep larger than
-``MaxArraySize`` is not a problem: :func:`array_chunks` splits it into several arrays.
+``MaxArraySize`` is not a problem: :func:`grpokit.slurm.cluster.array_chunks` splits it into several arrays.
 
 On a machine without Slurm's client tools nothing is checked (one line says so).
 """
@@ -23,17 +23,6 @@ from grpokit.config.schema import ClusterConf
 from grpokit.slurm import sbatch
 from grpokit.slurm.cluster import SlurmFacts, SlurmQueryError, query_facts, run_slurm
 from grpokit.validate.problems import Problem, note
-
-
-def array_chunks(num_points: int, max_array_size: int) -> list[range]:
-    """Point indices per job array: one array when it fits ``MaxArraySize``, else several.
-
-    Slurm's array indices run from 0 to ``MaxArraySize - 1``, so one array holds at most
-    ``max_array_size`` tasks. Example: ``array_chunks(130, 64) == [range(0, 64), range(64, 128),
-    range(128, 130)]``.
-    """
-    size = max(int(max_array_size), 1)
-    return [range(i, min(i + size, num_points)) for i in range(0, num_points, size)]
 
 
 def _request(cluster: Mapping[str, Any]) -> dict[str, Any]:

@@ -35,7 +35,9 @@ first run) or ``slow-once``
 ``RuntimeError`` traceback at step 2 of every run), ``FAKE_TRAINER_NODE_WORKERS=1``
 (one Ray actor per node of the job's Ray cluster, as verl's FSDP workers: each takes part in every
 step and writes its node's rank shards at a save, so a node whose Ray died fails the step or the
-save as under verl; what each did goes to ``node_workers.jsonl`` beside ``$VERL_FILE_LOGGER_PATH``).
+save as under verl; what each did goes to ``node_workers.jsonl`` beside ``$VERL_FILE_LOGGER_PATH``),
+``FAKE_TRAINER_REAL_WEIGHTS=1`` (each save holds the model's real weights as verl's world-size-1 FSDP
+shard, so ``grpokit merge`` runs verl's real model merger on it).
 """
 
 from __future__ import annotations
@@ -141,6 +143,30 @@ class NodeWorkers:
 
 
 NODE_WORKERS: NodeWorkers | None = None
+#: ``FAKE_TRAINER_REAL_WEIGHTS=1``: the model folder (``actor_rollout_ref.model.path``) whose weights
+#: each save writes as verl's FSDP shard, so verl's model merger merges a real checkpoint.
+REAL_WEIGHTS_FROM: Path | None = None
+
+
+def real_weights(actor: Path, model_dir: Path, world: int) -> None:
+    """verl's world-size-1 FSDP save of the (untrained) model: ``model_world_size_1_rank_0.pt`` is its
+    full state dict (``torch.save``), ``huggingface/`` its config and tokenizer files, as verl copies them."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
+    if world != 1:
+        raise SystemExit(f"FAKE_TRAINER_REAL_WEIGHTS needs one GPU's world (got {world})")
+    state = {}
+    for shard in sorted(model_dir.glob("*.safetensors")):
+        state.update(load_file(shard))
+    for f in model_dir.iterdir():
+        if f.is_file() and f.suffix != ".safetensors":
+            shutil.copy(f, actor / "huggingface" / f.name)
+    torch.save(state, actor / "model_world_size_1_rank_0.pt")
+    for kind in ("optim", "extra_state"):
+        torch.save({}, actor / f"{kind}_world_size_1_rank_0.pt")
 
 
 def save(ckpt: Path, step: int, world: int, crash_in_save: int | None) -> None:
@@ -155,6 +181,8 @@ def save(ckpt: Path, step: int, world: int, crash_in_save: int | None) -> None:
                 (actor / f"{kind}_world_size_{world}_rank_{rank}.pt").write_bytes(b"double" * 64)
     (actor / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": world}))
     (actor / "huggingface" / "config.json").write_text(json.dumps({"model_type": "qwen3"}))
+    if REAL_WEIGHTS_FROM is not None:
+        real_weights(actor, REAL_WEIGHTS_FROM, world)
     if crash_in_save == step:
         os._exit(9)  # killed mid-save: shards written, data.pt and tracker not
     (step_dir / "data.pt").write_bytes(json.dumps({"step": step}).encode())
@@ -274,6 +302,9 @@ def main() -> int:
             json.dumps({"nodes": nodes, "cluster_resources": ray.cluster_resources()})
         )
         ray.shutdown()
+    if os.environ.get("FAKE_TRAINER_REAL_WEIGHTS") == "1":
+        global REAL_WEIGHTS_FROM
+        REAL_WEIGHTS_FROM = Path(cfg["actor_rollout_ref.model.path"])
     if os.environ.get("FAKE_TRAINER_NODE_WORKERS") == "1":
         global NODE_WORKERS
         attempt_dir = Path(os.environ.get("VERL_FILE_LOGGER_PATH", "metrics.jsonl")).parent

@@ -17,6 +17,7 @@ This is also the body of slurm/serve_eval.sbatch.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -28,6 +29,7 @@ from pathlib import Path
 from grpokit.config.point import PointSpec
 from grpokit.evaluation import compare as evaluation
 from grpokit.run_folder import RunFolder
+from grpokit.run_folder.layout import EVAL_SERVERS_DIR
 from grpokit.serving import vllm
 from grpokit.slurm.gpus import visible_gpus
 
@@ -73,6 +75,29 @@ def free_ports(n: int) -> list[int]:
         return ports
 
 
+def server_argv(template: str | None, spec: vllm.VllmServe) -> list[str]:
+    """``vllm serve``'s argv for ``spec``, or ``template`` (a JSON list, ``--server-command``) filled in
+    with ``{python}``, ``{model}``, ``{name}``, ``{host}``, ``{port}`` (a first word ``python`` is this
+    interpreter). Raises ValueError when the template is not a JSON list of strings."""
+    if not template:
+        return spec.command()
+    try:
+        parts = json.loads(template)
+    except json.JSONDecodeError:
+        parts = None
+    if not isinstance(parts, list) or not parts or not all(isinstance(x, str) for x in parts):
+        raise ValueError(f"--server-command {template!r}: expected a JSON list of strings, e.g. '[\"python\", ...]'")
+    fields = {
+        "python": sys.executable,
+        "model": spec.model,
+        "name": spec.served_model_name,
+        "host": spec.host,
+        "port": spec.port,
+    }
+    argv = [part.format(**fields) for part in parts]
+    return [sys.executable, *argv[1:]] if argv[0] == "python" else argv
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run-dir", type=Path, default=None)
@@ -91,6 +116,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--ready-timeout", type=float, default=900.0, help="seconds to wait for vLLM")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.4)
     p.add_argument("--max-model-len", type=int, default=2048)
+    p.add_argument(
+        "--server-command",
+        default=None,
+        help="JSON list: a command template run instead of vllm serve ({python}, {model}, {name}, {host}, "
+        "{port}; key in VLLM_API_KEY), e.g. for a test double",
+    )
     return p.parse_args(argv)
 
 
@@ -104,7 +135,7 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
             raise ValueError(f"{hf} has no merged model: run grpokit merge {args.run_dir}")
     args.base = args.base or defaults.get("base")
     args.test_parquet = args.test_parquet or defaults.get("test_parquet")
-    args.out = args.out or (args.run_dir / "eval" if args.run_dir else None)
+    args.out = args.out or (RunFolder(args.run_dir).eval if args.run_dir else None)
     missing = [name for name, v in (("--test-parquet", args.test_parquet), ("--out", args.out)) if not v]
     if args.base_url is None and not args.base:
         missing.append("--base (or --base-url)")
@@ -149,8 +180,9 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
                 max_num_seqs=args.concurrency,
             )
             key = vllm.new_key()
-            log_path = args.out / "servers" / f"{name}.log"
-            proc = vllm.start(spec.command(), log_path, vllm.server_env(os.environ, key, cuda_devices=gpu))
+            log_path = args.out / EVAL_SERVERS_DIR / f"{name}.log"
+            argv = server_argv(args.server_command, spec)
+            proc = vllm.start(argv, log_path, vllm.server_env(os.environ, key, cuda_devices=gpu))
             stack.callback(vllm.stop, proc, name=f"vLLM server {name}")
             started.append((spec, key, proc, log_path))
             endpoints[name] = evaluation.Endpoint(name, spec.base_url, key, name)

@@ -425,9 +425,68 @@ class SidecarConf(_Section):
     timeout_s: float = 60
 
 
+#: The steps ``after=[...]`` may chain after a point, in the order they run (grpokit.submit.chain).
+CHAIN_STEPS = ("merge", "eval")
+
+
+@dataclasses.dataclass(kw_only=True)
+class ChainConf(_Section):
+    """``chain.*``: the job chained after each point by ``after=[merge,eval]`` (grpokit.submit.chain).
+
+    It runs once the point's own job ended well (``--dependency=afterok``): ``merge`` turns the
+    point's final checkpoint into ``<run>/hf`` (``grpokit merge``), ``eval`` compares the base and
+    the merged model on the point's test file (``grpokit serve-eval``, vLLM: it needs a GPU).
+    """
+
+    _section = "chain"
+
+    # Time limit of the chained job in minutes (sbatch --time).
+    timeout_min: int = 60
+    # GPUs of the chained job (sbatch --gpus-per-node); eval serves both models with vLLM on them.
+    gpus_per_node: int = 1
+    # CPUs of the chained job (sbatch --cpus-per-task).
+    cpus_per_task: int = 4
+    # Memory in GiB (sbatch --mem); null: the partition's default.
+    mem_gb: int | None = None
+    # Partition; null: the points' own (cluster.partition).
+    partition: str | None = None
+    # eval: the first N test rows only; null: every row.
+    limit: int | None = None
+    # eval: tokens per answer (greedy decoding).
+    max_tokens: int = 1024
+    # eval: a command template instead of `vllm serve` ({python}, {model}, {name}, {host}, {port} are
+    # filled in; the key is in VLLM_API_KEY). null: vllm serve. Tests put an HTTP test double here.
+    server_command: list[str] | None = None
+
+    @staticmethod
+    def steps_of(after: Any) -> tuple[str, ...]:
+        """``after`` (a list, or ``merge,eval`` as one string) checked: known steps, ``eval`` only
+        after ``merge``, each once; returned in run order.
+
+        Raises:
+            ValueError: one line naming the step and the fix (``did you mean eval?``).
+        """
+        import difflib
+
+        if after in (None, "", "null"):
+            return ()
+        items = [after] if isinstance(after, str) else list(after)
+        steps = [str(x).strip() for item in items for x in str(item).split(",") if str(x).strip()]
+        for step in steps:
+            if step not in CHAIN_STEPS:
+                close = difflib.get_close_matches(step, CHAIN_STEPS, n=1, cutoff=0.5)
+                hint = f"did you mean {close[0]}?" if close else f"the steps are {', '.join(CHAIN_STEPS)}"
+                raise ValueError(f"after: {step!r} is not a step; {hint} (e.g. after=[merge,eval])")
+        if len(set(steps)) != len(steps):
+            raise ValueError(f"after=[{','.join(steps)}]: a step is named twice; e.g. after=[merge,eval]")
+        if "eval" in steps and "merge" not in steps:
+            raise ValueError("after=[eval]: eval serves the merged model <run>/hf; chain both: after=[merge,eval]")
+        return tuple(s for s in CHAIN_STEPS if s in steps)
+
+
 def register() -> None:
     """Store the schemas in Hydra's ConfigStore as ``cluster/_schema`` (``cluster/_local_schema``
-    for ``cluster=local``) and ``runtime/_schema``, extended by ``configs/cluster/*.yaml`` and
+    for ``cluster=local``), ``runtime/_schema`` and ``chain/_schema``, extended by ``configs/cluster/*.yaml`` and
     ``configs/config.yaml``.
 
     ``sidecars`` has no Hydra schema: OmegaConf cannot add a new entry (``+sidecars.x={...}``) to
@@ -439,6 +498,7 @@ def register() -> None:
     cs.store(group="cluster", name="_schema", node=_ClusterSchema, provider="grpokit")
     cs.store(group="cluster", name="_local_schema", node=_LocalClusterSchema, provider="grpokit")
     cs.store(group="runtime", name="_schema", node=RuntimeConf, provider="grpokit")
+    cs.store(group="chain", name="_schema", node=ChainConf, provider="grpokit")
 
 
 def sidecar_settings(name: str, value: Any) -> dict[str, Any]:

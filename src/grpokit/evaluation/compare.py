@@ -21,6 +21,8 @@ import pandas as pd
 from openai import AsyncOpenAI
 from verl.utils.reward_score import gsm8k
 
+from grpokit.run_folder.layout import EVAL_ANSWERS, EVAL_DISAGREEMENTS, EVAL_SUMMARY
+
 log = logging.getLogger(__name__)
 
 Scorer = Callable[[str, str, str, dict], float]
@@ -163,7 +165,8 @@ def compare(items: list[EvalItem], answers: dict[str, list[str]], scorer: Scorer
 
 
 def write_results(result: dict, endpoints: list[Endpoint], out_dir: Path) -> dict[str, Path]:
-    """Write ``eval_summary.json``, ``answers.jsonl`` and ``disagreements.jsonl`` under out_dir."""
+    """Write ``eval_summary.json``, ``answers.jsonl`` and ``disagreements.jsonl`` under out_dir
+    (names: :mod:`grpokit.run_folder.layout`); returns ``{"summary", "answers", "disagreements": path}``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = {
         "n": result["n"],
@@ -172,9 +175,9 @@ def write_results(result: dict, endpoints: list[Endpoint], out_dir: Path) -> dic
         "endpoints": [{k: v for k, v in asdict(ep).items() if k != "api_key"} for ep in endpoints],
     }
     paths = {
-        "summary": out_dir / "eval_summary.json",
-        "answers": out_dir / "answers.jsonl",
-        "disagreements": out_dir / "disagreements.jsonl",
+        "summary": out_dir / EVAL_SUMMARY,
+        "answers": out_dir / EVAL_ANSWERS,
+        "disagreements": out_dir / EVAL_DISAGREEMENTS,
     }
     paths["summary"].write_text(json.dumps(summary, indent=2))
     for key in ("answers", "disagreements"):

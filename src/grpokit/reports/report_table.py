@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from grpokit.reports.chain_view import chain_columns, chain_job_ids, read_sweep_chain
 from grpokit.reports.summary import (
     REWARD_KEY,
     SCORE_KEY,
@@ -47,11 +48,16 @@ def collect_report(sweep: Sweep, ask_slurm: bool = True, now: datetime | None = 
     :func:`grpokit.reports.summary.metrics_summary`'s keys (``last_step``, ``final_reward_mean``,
     ``final_acc:<src>``, ``best_acc:<src>``, ``best_acc_step:<src>``, ``final_response_length``,
     ``final_clip_ratio``, ``mean_step_s``, ``mean_<part>_s``, ``tokens_per_s``,
-    ``throughput_per_gpu``), then ``gpu_hours`` (attempts that held GPUs for training only), ``reason``
+    ``throughput_per_gpu``), then ``gpu_hours`` (attempts that held GPUs for training only), with
+    ``after=[...]`` the chained job's ``chain``, ``chain_reason``, ``base_acc``, ``trained_acc``,
+    ``acc_delta`` (:mod:`grpokit.reports.chain_view`), then ``reason``
     (:func:`grpokit.reports.summary.point_reason`), ``job_id``, ``run_dir``.
     ask_slurm=False skips the Slurm client commands (state then comes from status.json only).
     """
-    states = job_states([p.job_id for p in sweep.points if p.job_id]) if ask_slurm else {}
+    chain = read_sweep_chain(sweep.path)
+    chained = (chain or {}).get("points") or {}
+    ids = [p.job_id for p in sweep.points if p.job_id] + chain_job_ids(chain)
+    states = job_states(ids) if ask_slurm and ids else {}
     rows: list[dict] = []
     curves: dict[int, pd.DataFrame] = {}
     for p in sweep.points:
@@ -63,6 +69,9 @@ def collect_report(sweep: Sweep, ask_slurm: bool = True, now: datetime | None = 
         row["attempts"] = len(p.attempts)
         row.update(metrics_summary(df))
         row["gpu_hours"] = gpu_hours(p, slurm, now)
+        if chain is not None:
+            record = chained.get(p.name)
+            row.update(chain_columns(record, p.run_dir, state, states.get((record or {}).get("job_id") or "")))
         row["reason"] = point_reason(p, slurm, state)
         row["job_id"] = p.job_id
         row["run_dir"] = str(p.run_dir)

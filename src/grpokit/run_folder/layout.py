@@ -16,6 +16,7 @@ SUBMISSIONS = "submissions.jsonl"
 DRY_RUN = "dry_run.md"
 SUBMITIT_DIR = "submitit"
 HALVING = "halving.json"  # only with halving.rungs (grpokit.submit.halving)
+CHAIN = "chain.json"  # only with after=[...]: the chained jobs (grpokit.submit.chain)
 
 # --- run folder: logs/<sweep_name>/<NNN>_<slug>/ ---
 POINT = "point.json"
@@ -34,6 +35,12 @@ PRUNED = "pruned.json"  # in control/: a runtime.pruning verdict
 RESUBMIT = "resubmit.json"
 SECRETS_DIR = ".secrets"
 HF_DIR = "hf"
+CHAIN_STATUS = "chain_status.json"  # the chained job's own record (grpokit.evaluation.chain)
+EVAL_DIR = "eval"  # serve-eval's results (grpokit.evaluation.compare)
+EVAL_SUMMARY = "eval_summary.json"  # in eval/
+EVAL_ANSWERS = "answers.jsonl"  # in eval/
+EVAL_DISAGREEMENTS = "disagreements.jsonl"  # in eval/
+EVAL_SERVERS_DIR = "servers"  # in eval/: the vLLM servers' logs
 
 # --- attempt folder: <run folder>/attempts/<k>/ ---
 DRIVER_LOG = "driver.log"
@@ -80,6 +87,10 @@ class SweepFolder(_Folder):
     def halving(self) -> Path:
         return self.path / HALVING
 
+    @property
+    def chain(self) -> Path:
+        return self.path / CHAIN
+
 
 @dataclass(frozen=True)
 class AttemptFolder(_Folder):
@@ -120,6 +131,9 @@ class RunFolder(_Folder):
     resubmit = property(lambda self: self.path / RESUBMIT)
     secrets = property(lambda self: self.path / SECRETS_DIR)
     hf = property(lambda self: self.path / HF_DIR)
+    chain_status = property(lambda self: self.path / CHAIN_STATUS)
+    eval = property(lambda self: self.path / EVAL_DIR)
+    eval_summary = property(lambda self: self.path / EVAL_DIR / EVAL_SUMMARY)
 
     def attempt(self, k: int) -> AttemptFolder:
         """The folder of attempt ``k`` (1-based)."""

@@ -17,15 +17,15 @@ import json
 import logging
 import re
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 from grpokit.config.point import PointSpec
 from grpokit.run_folder import write_json_atomic
-from grpokit.run_folder.layout import MANIFEST, POINT, SUBMISSIONS, SUBMITIT_DIR
+from grpokit.run_folder.layout import CHAIN, MANIFEST, POINT, SUBMISSIONS, SUBMITIT_DIR
 from grpokit.run_folder.manifest import slurm_ids
 from grpokit.slurm import sbatch
+from grpokit.slurm.cancel import scancel
 from grpokit.slurm.cluster import array_chunks, max_array_size
 from grpokit.slurm.executor import make_executor
 from grpokit.submit import snapshot
@@ -108,11 +108,6 @@ def slurm_said(exc: BaseException, captured: str = "") -> str:
     return lines[-1] if lines else type(exc).__name__
 
 
-def _scancel(ids: list[str]) -> None:
-    if ids:
-        subprocess.run(["scancel", *ids], capture_output=True, timeout=30, check=False)
-
-
 def submit_arrays(folder: Path, specs: list[PointSpec], *, name: str, max_size: int | None = None) -> list[str]:
     """Submit every point; returns each point's Slurm id (``ARRAY_TASK``), in ``specs`` order.
 
@@ -132,7 +127,7 @@ def submit_arrays(folder: Path, specs: list[PointSpec], *, name: str, max_size: 
                 jobs = executor.map_array(RunPointTask(), [specs[i].to_json() for i in members])
         except Exception as exc:  # submitit raises FailedJobError, OSError (no sbatch), ...
             said = slurm_said(exc, captured.getvalue())
-            _scancel(queued)
+            scancel(queued)
             undone = f"; cancelled array(s) {', '.join(queued)} it had queued" if queued else ""
             raise SubmissionError(
                 f"Slurm refused the submission: {said}; fix: {_fix_for(said)}{undone}", cancelled=queued, job_ids=ids
@@ -150,7 +145,7 @@ def _only_this_submissions_files(sweep_dir: Path, specs: list[PointSpec]) -> boo
     """The folder holds nothing but what the sweep command wrote for this submission."""
     runs = {Path(s.run_dir).name for s in specs}
     for entry in sweep_dir.iterdir():
-        if entry.name in (MANIFEST, SUBMISSIONS, SUBMITIT_DIR):
+        if entry.name in (MANIFEST, SUBMISSIONS, SUBMITIT_DIR, CHAIN):
             continue
         if entry.name not in runs or not entry.is_dir() or {p.name for p in entry.iterdir()} - {POINT}:
             return False

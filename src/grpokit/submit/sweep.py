@@ -30,7 +30,7 @@ from grpokit.run_folder.claim import (
 )
 from grpokit.run_folder.claim import claim as claim_folder
 from grpokit.run_folder.manifest import read_manifest, write_manifest
-from grpokit.submit import halving, snapshot
+from grpokit.submit import chain, halving, snapshot
 from grpokit.submit import resume as resume_mod
 from grpokit.submit.task import RunPointTask
 from grpokit.submit.wait import attempt_counts, wait_for
@@ -142,10 +142,12 @@ def submit_slurm(sweep_dir: Path, specs: list[PointSpec], cluster: dict[str, Any
     from grpokit.submit.arrays import SubmissionError, after_refusal, submit_arrays
 
     try:
-        return submit_arrays(sweep_dir / "submitit", specs, name=specs[0].sweep_name)
+        ids = submit_arrays(sweep_dir / "submitit", specs, name=specs[0].sweep_name)
     except SubmissionError as exc:
         print(f"{exc}; {after_refusal(sweep_dir, specs, exc)}", file=sys.stderr)
         raise SystemExit(2) from None
+    chain.follow(sweep_dir, specs, ids)  # after=[merge,eval]: each point's chained job (grpokit.submit.chain)
+    return ids
 
 
 def arrays_phrase(job_ids: list[str | None]) -> str:
@@ -288,6 +290,10 @@ def launch_sweep(
     except halving.HalvingError as exc:
         _refuse(str(exc))
     specs = halving.at_first_rung(specs, plan)
+    try:  # after=[merge,eval]: a job chained after each point (grpokit.submit.chain)
+        chained = chain.plan_of(first.get("after"), first.get("chain"), specs, swept_keys(job_overrides), bool(plan))
+    except chain.ChainError as exc:
+        _refuse(str(exc))
     try:
         validate_points(specs)
         check_picklable(specs)
@@ -314,6 +320,7 @@ def launch_sweep(
     with claim:
         if claim.name != opts["name"]:  # the generated name was taken (same second): the next free one
             specs = rebuild(claim.name)
+        chain.record_plan(claim.path, chained)  # before submission: submit_slurm chains each point
         if claim.resumed:
             return resume_sweep(claim, specs, cluster, wait=opts["wait"])
         if cluster.get("kind") == "slurm" and not first.get("use_live_code", False):

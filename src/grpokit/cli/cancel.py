@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ from grpokit.run_folder import RunFolder, now, read_status, write_json_atomic
 from grpokit.run_folder.claim import folder_state, open_existing
 from grpokit.run_folder.point_state import point_state
 from grpokit.run_folder.sweep import load_sweep
+from grpokit.slurm.cancel import scancel
 from grpokit.slurm.states import job_states
 
 log = logging.getLogger(__name__)
@@ -46,10 +46,6 @@ def choose(sweep, wanted: list[str]) -> tuple[list, list[str]]:
         else:
             missing.append(w)
     return chosen, missing
-
-
-def _scancel(ids: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(["scancel", *ids], capture_output=True, text=True, timeout=60)
 
 
 def _halving_controllers(sweep_dir: Path) -> list[str]:
@@ -86,9 +82,9 @@ def cancel(sweep_dir: Path, wanted: list[str], dry_run: bool = False, out=sys.st
         return 0
     ids = [p.job_id for p, _ in todo] + controllers
     with open_existing(sweep_dir) as claim:
-        done = _scancel(ids)
-        if done.returncode != 0:
-            log.warning("scancel said: %s", done.stderr.strip())
+        said = scancel(ids)
+        if said:
+            log.warning("scancel said: %s", said)
         claim.record("cancel", [p.name for p, _ in todo], ids, by="user")
     time.sleep(1.0)  # Slurm has removed a pending task from the queue by now
     for p, state in todo:

@@ -11,6 +11,7 @@ other part of the kit, and config, validate, submit, runtime and results all imp
 - :mod:`~grpokit.slurm.task`: this task's own id and allocation (inside a job).
 - :mod:`~grpokit.slurm.time_left`: this task's time left before its limit.
 - :mod:`~grpokit.slurm.stop_view`: what slurmctld says about this task when a stop signal arrives.
+- :mod:`~grpokit.slurm.cancel`: ``scancel`` of the kit's jobs (the one caller of scancel).
 - :mod:`~grpokit.slurm.requeue`: ``scontrol requeue`` of this task (and when/where it may run again).
 - :mod:`~grpokit.slurm.nodes`: the allocation's node names and addresses, steps on other nodes, the
   partition's size.

@@ -5,6 +5,8 @@
     python launch/resubmit.py logs/<sweep> --dry-run             # show, submit nothing
 
 Completed, queued and running points are left alone. Works when Slurm accounting (sacct) is off.
+A local sweep's points (``cluster=local``) run here, one after another: the command exits 1 when
+one of them did not succeed, naming it, its state and the first line of its reason.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(refused)
     if args.dry_run:
         chosen = dict(select(args.sweep_dir, states))
-    entries = resubmit(args.sweep_dir, states, dry_run=args.dry_run)
+    done = resubmit(args.sweep_dir, states, dry_run=args.dry_run)
+    entries = done.entries
     if not entries:
         print(f"nothing to resubmit in {args.sweep_dir} (states: {', '.join(states)})")
         return 0
@@ -46,6 +49,13 @@ def main(argv: list[str] | None = None) -> int:
             last = (e.get("history") or [{}])[-1]
             old = last.get("job_id") or "never submitted"
             print(f"resubmitted {e['name']} ({last.get('state', '?')}, was {old}) -> {e.get('job_id') or 'ran here'}")
+    if done.failed_here:  # cluster=local: the points ran here, and these did not end well
+        print(
+            f"error: {len(done.failed_here)} point(s) run here did not succeed: {'; '.join(done.failed_here)} "
+            f"(see each run folder's status.json and driver.log)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -8,11 +8,12 @@ attempt in the same run folder and verl resumes from the last complete checkpoin
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
 from grpokit.config.point import PointSpec
-from grpokit.run_folder import RunFolder, write_json_atomic
+from grpokit.run_folder import RunFolder, read_status, write_json_atomic
 from grpokit.run_folder.claim import Claim, folder_state, open_existing
 from grpokit.run_folder.manifest import MANIFEST, read_manifest, replace_job_ids
 from grpokit.run_folder.point_state import point_state
@@ -39,11 +40,35 @@ def select(sweep_dir: Path, states: tuple[str, ...] = DEFAULT_STATES) -> list[tu
     return chosen
 
 
-def resubmit(sweep_dir: Path, states: tuple[str, ...] = DEFAULT_STATES, dry_run: bool = False) -> list[dict]:
-    """Resubmit the selected points as one job array (or run them here for a local sweep).
+@dataclasses.dataclass
+class Resubmission:
+    """What :func:`resubmit` did.
 
-    Returns the manifest entries that were resubmitted (with their new ``job_id``).
+    Attributes:
+        entries: the manifest entries resubmitted (with their new ``job_id``; None for a local sweep).
+        failed_here: ``cluster.kind: local``: ``name (state): first line of its reason`` of each
+            point run on this machine whose driver exited non-zero (failed, cancelled); empty otherwise.
     """
+
+    entries: list[dict]
+    failed_here: list[str] = dataclasses.field(default_factory=list)
+
+
+def failed_here(specs: list[PointSpec], codes: list[int]) -> list[str]:
+    """``name (state): first line of its reason`` of each point whose driver exited non-zero
+    (its ``status.json``; ``no status.json`` when the driver wrote none)."""
+    out = []
+    for spec, code in zip(specs, codes, strict=True):
+        if code == 0:
+            continue
+        status = read_status(Path(spec.run_dir))
+        reason = (str(status.get("reason") or "").strip().splitlines() or ["no reason recorded"])[0]
+        out.append(f"{spec.name} ({status.get('state') or 'no status.json'}): {reason}")
+    return out
+
+
+def resubmit(sweep_dir: Path, states: tuple[str, ...] = DEFAULT_STATES, dry_run: bool = False) -> Resubmission:
+    """Resubmit the selected points as one job array (or run them here for a local sweep)."""
     sweep_dir = Path(sweep_dir)
     read_manifest(sweep_dir)  # its clear error when the folder is not a sweep folder
     if folder_state(sweep_dir) == "free":
@@ -53,18 +78,18 @@ def resubmit(sweep_dir: Path, states: tuple[str, ...] = DEFAULT_STATES, dry_run:
         return _resubmit_locked(claim, states, dry_run)
 
 
-def _resubmit_locked(claim: Claim, states: tuple[str, ...], dry_run: bool) -> list[dict]:
+def _resubmit_locked(claim: Claim, states: tuple[str, ...], dry_run: bool) -> Resubmission:
     sweep_dir = claim.path
     manifest = read_manifest(sweep_dir)
     chosen = dict(select(sweep_dir, states))
     entries = [p for p in manifest["points"] if p["index"] in chosen]
     if not entries or dry_run:
-        return entries
+        return Resubmission(entries)
     specs = [PointSpec.from_json(RunFolder(p["run_dir"]).point.read_text()) for p in entries]
     _, changed = submit_again(claim, specs, chosen, how="resubmit")
-    if specs[0].cluster.get("kind") != "slurm":
-        run_local(specs)
-    return changed
+    if specs[0].cluster.kind != "slurm":
+        return Resubmission(changed, failed_here(specs, run_local(specs)))
+    return Resubmission(changed)
 
 
 def submit_again(

@@ -21,8 +21,10 @@ from grpokit.validate import Problem
 
 #: PointSpec sections a resume must leave unchanged (besides ``verl_overrides``).
 COMPARED_SECTIONS = ("experiment", "model", "hardware", "sidecars")
-#: Kit keys that never count as a setting change (they name the command, not the training).
-_COMMAND_KEYS = ("sweep_name", "resume", "dry_run", "wait", "logs_root", "hydra", "cluster", "runtime")
+#: Top-level kit keys (and config groups) whose overrides a resume does not compare: they name the
+#: command, the folders or where and how the points run, not the training (not the sweep command's
+#: one-value-per-command keys, grpokit.submit.sweep._COMMAND_KEYS).
+NOT_COMPARED_KEYS = ("sweep_name", "resume", "dry_run", "wait", "logs_root", "hydra", "cluster", "runtime")
 #: Points a resume resubmits: every state but these (status words of grpokit.run_folder.point_state).
 KEEP_STATES = ("completed", "queued", "running")
 
@@ -59,7 +61,7 @@ def _kit_settings(overrides: list[str]) -> dict[str, str]:
     out = {}
     for item in overrides:
         key, _, value = item.lstrip("+~").partition("=")
-        if key.split(".", 1)[0].split("/", 1)[0] not in _COMMAND_KEYS:
+        if key.split(".", 1)[0].split("/", 1)[0] not in NOT_COMPARED_KEYS:
             out[key] = value
     return out
 

@@ -32,6 +32,7 @@ def _composed_checks(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
     problems = verl_check.run_validate_config(spec, cfg)
     problems += kit_checks.check_files(spec, cfg)
     problems += kit_checks.check_lengths(spec, cfg)
+    problems += kit_checks.check_fused_kernels(spec, cfg)
     problems += model_checks.check_model(spec, cfg, kit_checks.download_hint(spec))
     problems += kit_checks.check_cluster(spec)
     problems += kit_checks.check_runtime(spec)

@@ -1,4 +1,5 @@
-"""The kit's own checks on a composed point: files exist, derived lengths are consistent."""
+"""The kit's own checks on a composed point: files exist, derived lengths are consistent, no verl
+setting pair known to crash verl's trainer."""
 
 from __future__ import annotations
 
@@ -98,6 +99,31 @@ def check_lengths(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
             )
         )
     return problems
+
+
+def check_fused_kernels(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
+    """Refuse verl's fused logits with padding kept: ``actor_rollout_ref.model.use_fused_kernels=true``
+    with ``use_remove_padding=false``.
+
+    Measured (issue 15, docs/performance.md): with that pair verl 0.9.1's FSDP engine got log-probs
+    of a shape it does not expect and the job failed in the first ``compute_log_prob``
+    (``IndexError: tuple index out of range`` in
+    ``verl/workers/engine/fsdp/transformer_impl.py::prepare_model_outputs``), on Qwen3.5 on one
+    H200, after about 8 minutes of start-up. Returns one Problem, or none.
+    """
+    model = cfg.actor_rollout_ref.model
+    if not (bool(model.get("use_fused_kernels")) and not bool(model.get("use_remove_padding"))):
+        return []
+    return [
+        Problem(
+            spec.name,
+            "verl.actor_rollout_ref.model.use_fused_kernels",
+            "fused kernels with use_remove_padding=false crash verl 0.9.1 in the first compute_log_prob "
+            "(IndexError in the fused logits path with padding kept)",
+            "set verl.actor_rollout_ref.model.use_fused_kernels=false, or "
+            "verl.actor_rollout_ref.model.use_remove_padding=true (needs flash-attn)",
+        )
+    ]
 
 
 def check_cluster(spec: PointSpec) -> list[Problem]:

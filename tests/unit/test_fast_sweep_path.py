@@ -101,3 +101,86 @@ def test_a_command_without_a_mode_is_a_one_point_sweep():
     assert as_sweep(["model=tiny", "dry_run=true"]) == ["-m", "model=tiny", "dry_run=true"]
     for mode in (["-m", "a=1,2"], ["--cfg", "job"], ["--cfg=job"], ["--info"], ["-c", "hydra"]):
         assert as_sweep(mode) == mode  # Hydra's own modes are left as typed (one mode at most)
+
+
+def _grid_with_a_bad_point(base):
+    from grpokit.submit.sweep import PointLoader, build_points
+
+    # verl's validate_config refuses 7 x 1 on 2 GPUs; the others pass
+    points = [
+        [*base, "cluster.gpus_per_node=2", f"verl.data.train_batch_size={b}", "verl.actor_rollout_ref.rollout.n=1"]
+        for b in (8, 7, 16)
+    ]
+    return build_points(None, PointLoader(compose_kit, points[0]), points)
+
+
+def test_the_forked_validator_finds_what_the_command_finds_itself(base):
+    # what `grpokit sweep` does: fork before composing, hand the built points over (grpokit.validate.overlap)
+    from grpokit.validate import check_each, overlap
+
+    specs = _grid_with_a_bad_point(base)
+    assert overlap.start()
+    answer = overlap.take(specs)
+    assert answer is not None, "the validator answered"
+    problems, _printed = answer
+    assert problems == check_each(specs) and len(problems) == 1 and problems[0].point == specs[1].name
+    assert overlap.take(specs) is None  # one request per validator: a second call validates itself
+
+
+def test_a_validator_that_died_leaves_the_checks_to_the_command(base):
+    import os
+    import signal
+
+    from grpokit.validate import SweepValidationError, overlap, validate_points
+
+    specs = _grid_with_a_bad_point(base)
+    assert overlap.start()
+    os.kill(overlap._current.pid, signal.SIGKILL)  # the child this test forked
+    with pytest.raises(SweepValidationError) as err:
+        validate_points(specs)  # no answer from the child: validated here, same problem
+    assert specs[1].name in str(err.value) and specs[0].name not in str(err.value)
+    assert overlap._current is None
+
+
+def test_verl_defaults_cache_is_keyed_by_verls_config_files(tmp_path, monkeypatch):
+    import shutil
+
+    from grpokit.config import verl_schema
+
+    monkeypatch.setenv("GRPOKIT_CACHE_DIR", str(tmp_path / "cache"))
+    verl_schema.verl_base.cache_clear()
+    try:
+        cached_first = verl_schema.verl_base()  # composed, then written
+        files = list((tmp_path / "cache").glob("verl_defaults-*.pickle"))
+        assert len(files) == 1
+        verl_schema.verl_base.cache_clear()
+        from_disk = verl_schema.verl_base()
+        composed = verl_schema.compose_verl([])
+        assert _plain(from_disk) == _plain(composed) == _plain(cached_first)
+        assert OmegaConf.is_struct(from_disk) == OmegaConf.is_struct(composed)
+        files[0].write_bytes(b"truncated")  # an unreadable cache is recomposed, not an error
+        verl_schema.verl_base.cache_clear()
+        assert _plain(verl_schema.verl_base()) == _plain(composed)
+    finally:
+        verl_schema.verl_base.cache_clear()
+    # any change to verl's config folder (an upgrade, an edited YAML) gives another key
+    copy = tmp_path / "config"
+    shutil.copytree(verl_schema.verl_config_dir(), copy)
+    key = verl_schema.defaults_key(copy)
+    assert key == verl_schema.defaults_key(verl_schema.verl_config_dir())
+    yaml = copy / "ppo_trainer.yaml"
+    yaml.write_text(yaml.read_text() + "\n# edited\n")
+    assert verl_schema.defaults_key(copy) != key
+    (copy / "new.yaml").write_text("a: 1\n")
+    assert len({key, verl_schema.defaults_key(copy)}) == 2
+
+
+def test_verl_config_dir_does_not_import_verl():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from grpokit.config.verl_schema import verl_config_dir; d = verl_config_dir(); "
+        "assert (d / 'ppo_trainer.yaml').is_file(), d; assert 'verl' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

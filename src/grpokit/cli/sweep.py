@@ -107,15 +107,21 @@ def entry(argv: list[str] | None = None) -> int:
         return 0
     if "--resolve" in args and any(a in ("--cfg", "-c") for a in args) and "hydra" not in args and "all" not in args:
         return show_resolved(args)
-    sys.argv[1:] = as_sweep(preflight(args))
-    from grpokit.config import store
+    from grpokit.validate import overlap
 
-    store.register()  # verl's defaults in Hydra's config store (imports verl: after --help)
+    overlap.start()  # verl is imported (for validate_config) on the other core while Hydra composes
     try:
-        main()
-    except SystemExit as exc:  # Hydra's main exits on its own
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    return 0
+        sys.argv[1:] = as_sweep(preflight(args))
+        from grpokit.config import store
+
+        store.register()  # verl's defaults in Hydra's config store
+        try:
+            main()
+        except SystemExit as exc:  # Hydra's main exits on its own
+            return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        return 0
+    finally:
+        overlap.stop()
 
 
 if __name__ == "__main__":

@@ -57,6 +57,13 @@ def flat_base() -> Mapping[str, Any]:
     return MappingProxyType(dict(_leaves(OmegaConf.to_container(verl_base(), resolve=False))))
 
 
+def _plain(raw: Any) -> bool:
+    """An unresolved leaf that is its own resolved value (selecting it would give it back unchanged)."""
+    if raw is None or isinstance(raw, (bool, int, float)):
+        return True
+    return isinstance(raw, str) and "${" not in raw and raw != "???"
+
+
 def verl_overrides(cfg: DictConfig) -> list[str]:
     """The overrides that turn verl's defaults into this point's ``cfg.verl``.
 
@@ -75,9 +82,11 @@ def verl_overrides(cfg: DictConfig) -> list[str]:
     for key in sorted(raw):
         if key in base and raw[key] == base[key]:
             continue
-        value = OmegaConf.select(cfg, f"verl.{key}", throw_on_missing=True)
-        if OmegaConf.is_config(value):
-            value = OmegaConf.to_container(value, resolve=True)
+        value = raw[key]
+        if not _plain(value):  # an interpolation (kit's or verl's), ???, or a container that may hold one
+            value = OmegaConf.select(cfg, f"verl.{key}", throw_on_missing=True)
+            if OmegaConf.is_config(value):
+                value = OmegaConf.to_container(value, resolve=True)
         prefix = "" if key in base else "+"
         out.append(f"{prefix}{key}={format_value(value)}")
     return out

@@ -7,8 +7,14 @@ installed wheel with Hydra's compose API, so a verl upgrade changes the schema i
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.metadata
+import importlib.util
 import logging
 import os
+import pickle
+import sys
+import tempfile
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -20,14 +26,22 @@ VERL_CONFIG_NAME = "ppo_trainer"
 
 
 def verl_config_dir() -> Path:
-    """The ``trainer/config`` folder of the installed verl."""
-    _lean_imports()
-    import verl
+    """The ``trainer/config`` folder of the installed verl, found without importing verl.
 
-    return Path(os.path.dirname(verl.__file__)) / "trainer" / "config"
+    Importing verl takes seconds (``verl/__init__.py`` imports ``verl.protocol``, hence tensordict
+    and torch); only :func:`grpokit.validate.verl_check.run_validate_config` needs verl's code.
+
+    Raises:
+        ModuleNotFoundError: verl is not installed.
+    """
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("verl is not installed (pip install verl); the kit composes its trainer config")
+    return Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config"
 
 
-def _lean_imports() -> None:
+def lean_imports() -> None:
+    """Call before importing verl: keeps TensorFlow, JAX and their log lines out of the process."""
     # verl imports `datasets`, which imports TensorFlow and JAX when they are installed (the GPU
     # image has JAX): seconds per process for frameworks the kit never uses.
     os.environ.setdefault("USE_TF", "0")
@@ -61,8 +75,66 @@ def compose_verl(overrides: list[str]) -> DictConfig:
 
 @functools.lru_cache(maxsize=1)
 def verl_base() -> DictConfig:
-    """verl's defaults, unresolved (interpolations kept as written in verl's YAML)."""
-    return compose_verl([])
+    """verl's defaults, unresolved (interpolations kept as written in verl's YAML).
+
+    Composed once per installed verl and kept in :func:`cache_dir` (a pickle of the composed
+    config, about a second of Hydra composition saved per command). The file's name is the
+    :func:`defaults_key` of what the composition reads: verl's version, hydra-core's and
+    omegaconf's, Python's, and every file of verl's config folder (path and bytes); anything
+    else in the folder (an edited YAML, an upgrade) gives another key, hence a new composition.
+    A cache that cannot be read or written is recomposed / skipped, never an error.
+    """
+    config_dir = verl_config_dir()
+    path = cache_dir() / f"verl_defaults-{defaults_key(config_dir)}.pickle"
+    try:
+        cfg = pickle.loads(path.read_bytes())
+        if isinstance(cfg, DictConfig):
+            return cfg
+    except Exception:  # noqa: BLE001 - missing, truncated or from an incompatible library: recompose
+        pass
+    cfg = compose_verl([])
+    _write_atomic(path, pickle.dumps(cfg, protocol=pickle.HIGHEST_PROTOCOL))
+    return cfg
+
+
+def cache_dir() -> Path:
+    """``$GRPOKIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/grpokit``, else ``~/.cache/grpokit``."""
+    if os.environ.get("GRPOKIT_CACHE_DIR"):
+        return Path(os.environ["GRPOKIT_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "grpokit"
+
+
+def defaults_key(config_dir: Path) -> str:
+    """A hex digest of everything verl's composed defaults depend on (see :func:`verl_base`)."""
+    digest = hashlib.sha256()
+    versions = [_version(name) for name in ("verl", "hydra-core", "omegaconf")]
+    digest.update(repr((versions, sys.version_info[:2], VERL_CONFIG_NAME)).encode())
+    for file in sorted(p for p in config_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(str(file.relative_to(config_dir)).encode() + b"\0")
+        digest.update(file.read_bytes() + b"\0")
+    return digest.hexdigest()[:32]
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "-"
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write ``path`` whole or not at all (two commands at once each write a complete file)."""
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(tmp, path)
+    except OSError as exc:  # a read-only home: the next command composes again
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        logging.getLogger(__name__).debug("verl defaults not cached at %s: %s", path, exc)
 
 
 def apply_overrides(overrides: list[str]) -> DictConfig:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 
 from omegaconf import DictConfig
 
@@ -52,13 +53,25 @@ def validate_points(specs: list[PointSpec]) -> None:
     Raises:
         SweepValidationError: at least one point has a problem (nothing may be submitted).
     """
-    from grpokit.config.override_step import cached_interpolation_parsing
+    from grpokit.validate import overlap
 
-    with cached_interpolation_parsing():  # every point resolves the same ${...} texts of verl's config
-        problems = _validate_each(specs)
+    answer = overlap.take(specs)  # the same checks, run by the process that imported verl meanwhile
+    if answer is None:
+        problems = check_each(specs)
+    else:
+        problems, printed = answer
+        sys.stderr.write(printed)
     problems += check_sweep(specs)
     if problems:
         raise SweepValidationError(problems)
+
+
+def check_each(specs: list[PointSpec]) -> list[Problem]:
+    """The problems of every point, each checked as :func:`validate_point` does (in the order of ``specs``)."""
+    from grpokit.config.override_step import cached_interpolation_parsing
+
+    with cached_interpolation_parsing():  # every point resolves the same ${...} texts of verl's config
+        return _validate_each(specs)
 
 
 def _validate_each(specs: list[PointSpec]) -> list[Problem]:
@@ -107,7 +120,7 @@ def check_sweep(specs: list[PointSpec]) -> list[Problem]:
             )
     requests: dict[str, list[PointSpec]] = {}
     for spec in specs:
-        requests.setdefault(json.dumps(dict(spec.cluster), sort_keys=True, default=str), []).append(spec)
+        requests.setdefault(json.dumps(dataclasses.asdict(spec.cluster), sort_keys=True, default=str), []).append(spec)
     for group in requests.values():
         found = slurm_request.check_request(group[0].cluster, name=group[0].sweep_name, num_points=len(group))
         if len(requests) > 1:

@@ -13,7 +13,7 @@ from omegaconf import DictConfig, open_dict
 
 from grpokit.config.overrides import flat_base
 from grpokit.config.point import PointSpec
-from grpokit.config.verl_schema import apply_overrides
+from grpokit.config.verl_schema import apply_overrides, lean_imports
 from grpokit.validate.problems import Problem, note
 
 # verl keys whose children are free-form: a new key below them is expected, not a typo.
@@ -168,6 +168,7 @@ def run_validate_config(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
     What verl prints while checking ("All configuration checks passed", the critic warning) is
     captured: a sweep of many points would print it once per point.
     """
+    lean_imports()  # the sweep's first import of verl
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 
 import psutil
@@ -36,6 +37,8 @@ def test_a_head_whose_gcs_port_is_taken_is_started_again_with_fresh_ports(tmp_pa
             return node_ports, block
 
         monkeypatch.setattr(ray_cluster, "reserve_node_ports", first_gcs_port_taken)
+        # a start slot of its own: the machine's other test jobs' Ray starts do not hold this test up
+        monkeypatch.setattr(ray_cluster, "START_LOCK", tmp_path / "ray-start.lock")
         caplog.set_level(logging.INFO, logger="grpokit.runtime.ray_cluster")
         procs_before = {p.pid for p in psutil.Process().children(recursive=True)}
         cluster = ray_cluster.start_cluster(
@@ -49,16 +52,18 @@ def test_a_head_whose_gcs_port_is_taken_is_started_again_with_fresh_ports(tmp_pa
             worker_ports=20,  # small: one CPU
         )
     try:
-        assert len(tries) == 2 and tries[0]["gcs"] == held and tries[1]["gcs"] != held
+        # try 1 meets the held port; on a loaded machine a later try may meet Ray's own start-up
+        # time-out (tried up to 3 times), never the held port again
+        assert len(tries) >= 2 and tries[0]["gcs"] == held and all(t["gcs"] != held for t in tries[1:])
         assert not set(tries[0].values()) & set(tries[1].values()), "the second try reused a port"
-        assert cluster.address == f"127.0.0.1:{tries[1]['gcs']}" and cluster.alive()
+        assert cluster.address == f"127.0.0.1:{tries[-1]['gcs']}" and cluster.alive()
         warning = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-        assert len(warning) == 1, warning
+        assert len(warning) == len(tries) - 1, warning
         assert warning[0].startswith("ray start failed (try 1 of 2): Ray head did not start on thisnode (it exited"), (
             warning[0]
         )
         assert "RuntimeError: Failed to start GCS" in warning[0]
-        assert warning[0].endswith("its processes were stopped, trying again with fresh ports"), warning[0]
+        assert re.search(r"its processes were stopped, trying again with fresh ports in \d+ s$", warning[0]), warning[0]
         # nothing of the failed try is left: only the running head's tree is new
         head_tree = {cluster.head.pid, *(p.pid for p in psutil.Process(cluster.head.pid).children(recursive=True))}
         leftovers = {p.pid for p in psutil.Process().children(recursive=True)} - procs_before - head_tree

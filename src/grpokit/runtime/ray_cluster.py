@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import json
 import logging
 import os
+import random
 import re
 import secrets
 import shutil
@@ -182,6 +184,8 @@ START_ATTEMPTS = 3
 #: passed, a process that exited) is tried this often, each try with fresh ports.
 OTHER_START_ATTEMPTS = 2
 _OVERLOAD = "timed out during startup"
+#: A new try waits a random 0..RETRY_SPREAD_S x (tries so far) seconds first.
+RETRY_SPREAD_S = 10.0
 
 
 def start_cluster(**kwargs) -> RayCluster:
@@ -191,7 +195,8 @@ def start_cluster(**kwargs) -> RayCluster:
     :func:`start_cluster_once`); the next gets fresh ports (the failed try's stay reserved until the
     job ends, so that a port some stray process holds is not chosen again) and a fresh temp dir.
     Ray's own start-up time-out on an overloaded node is tried :data:`START_ATTEMPTS` times, any
-    other failure :data:`OTHER_START_ATTEMPTS` times; each try is logged (the job's ``driver.log``).
+    other failure :data:`OTHER_START_ATTEMPTS` times, after a random pause (:data:`RETRY_SPREAD_S`);
+    each try is logged (the job's ``driver.log``).
     A stop signal, or ``abort`` raising, ends the start at once without a new try.
 
     Raises:
@@ -203,7 +208,8 @@ def start_cluster(**kwargs) -> RayCluster:
     while True:
         attempt += 1
         try:
-            return start_cluster_once(**kwargs)
+            with start_slot(float(kwargs.get("timeout_s", 180)), stop_requested):
+                return start_cluster_once(**kwargs)
         except RayStartInterrupted:
             raise
         except RayStartError as exc:
@@ -212,12 +218,72 @@ def start_cluster(**kwargs) -> RayCluster:
                 raise
             if stop_requested is not None and stop_requested():
                 raise RayStartInterrupted("the job is stopping: Ray's start is not tried again") from exc
+            # Jobs that failed together (one overloaded node) would all try again together: a
+            # random pause spreads their next starts out.
+            pause = random.uniform(0, RETRY_SPREAD_S * attempt)
             log.warning(
-                "ray start failed (try %d of %d): %s; its processes were stopped, trying again with fresh ports",
+                "ray start failed (try %d of %d): %s; its processes were stopped, trying again with fresh ports "
+                "in %.0f s",
                 attempt,
                 tries,
                 str(exc).splitlines()[0],
+                pause,
             )
+            deadline = time.monotonic() + pause
+            while time.monotonic() < deadline:
+                if stop_requested is not None and stop_requested():
+                    raise RayStartInterrupted("the job is stopping: Ray's start is not tried again") from exc
+                time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+
+
+#: One Ray start at a time on a node (all users' jobs): a node-local lock file, like the port registry's.
+START_LOCK = Path(os.environ.get("GRPOKIT_RAY_START_LOCK", "/tmp/grpokit-ray-start.lock"))
+
+
+@contextlib.contextmanager
+def start_slot(max_wait_s: float, stop_requested: Callable[[], bool] | None = None):
+    """Hold this node's Ray-start slot while a head starts (until it is ready or failed).
+
+    Heads that start together on one node share its cores and all miss Ray's own fixed 30 s
+    start-up wait (measured: four at once at load 27 on 2 cores, every try failed); one after the
+    other each gets the node. The slot is waited for at most ``max_wait_s`` (then the start goes
+    ahead anyway: a stuck holder never blocks a job); the lock lapses with its holder's process.
+
+    Raises:
+        RayStartInterrupted: ``stop_requested()`` turned true while waiting.
+    """
+    try:
+        fh = open(START_LOCK, "a+")  # noqa: SIM115 (held across the yield)
+    except OSError:
+        yield
+        return
+    with contextlib.suppress(PermissionError):
+        os.chmod(START_LOCK, 0o666)
+    t0, said, held = time.monotonic(), False, False
+    try:
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = True
+                break
+            except BlockingIOError:
+                pass
+            if stop_requested is not None and stop_requested():
+                raise RayStartInterrupted("the job is stopping: Ray's start was given up")
+            if time.monotonic() - t0 > max_wait_s:
+                log.warning("another Ray start on this node held the start slot %.0f s: starting anyway", max_wait_s)
+                break
+            if not said:
+                log.info("another Ray start is under way on this node: waiting for it (at most %.0f s)", max_wait_s)
+                said = True
+            time.sleep(0.5)
+        if said and held:
+            log.info("start slot free after %.0f s", time.monotonic() - t0)
+        yield
+    finally:
+        if held:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+        fh.close()
 
 
 def start_cluster_once(

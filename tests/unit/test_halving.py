@@ -99,3 +99,93 @@ def test_metric_at_reads_the_last_value_at_or_before_the_rung(tmp_path):
     assert halving.metric_at(tmp_path, "val_acc", 3) == ("val-core/openai/gsm8k/acc/mean@1", 0.5)
     assert halving.metric_at(tmp_path, "critic/score/mean", 2) == ("critic/score/mean", 0.2)
     assert halving.metric_at(tmp_path, "actor/entropy", 3) == ("actor/entropy", None)
+
+
+def _sweep(tmp_path, values: list[float], bare_point) -> tuple:
+    """A sweep folder whose points all completed rung 1 (step 2) with these val accuracies."""
+    from grpokit.run_folder import write_json_atomic
+
+    sweep = tmp_path / "s"
+    entries = []
+    for i, value in enumerate(values):
+        spec = bare_point(sweep, i, cluster={"kind": "slurm"}, verl_overrides=["trainer.total_training_steps=2"])
+        run = sweep / spec.name
+        (run / "attempts" / "1").mkdir(parents=True)
+        (run / "point.json").write_text(spec.to_json())
+        row = {"step": 2, "data": {"val-core/openai/gsm8k/acc/mean@1": value}}
+        (run / "attempts" / "1" / "metrics.jsonl").write_bytes(orjson.dumps(row) + b"\n")
+        write_json_atomic(run / "status.json", {"state": "completed", "last_step": 2, "attempts": []})
+        entries.append({"name": spec.name, "index": i, "run_dir": str(run), "job_id": f"10_{i}"})
+    write_json_atomic(sweep / "manifest.json", {"points": entries})
+    plan = HalvingPlan((2, 4), 0.5, "val_acc", "max", 6)
+    names = [e["name"] for e in entries]
+    state = {**plan.to_json(), "stage": 0, "stages": [{"stage": 0, "target": 2, "points": names, "job_ids": []}]}
+    write_json_atomic(sweep / "halving.json", state)
+    return sweep, names
+
+
+@pytest.fixture
+def slurm_calls(monkeypatch):
+    """What the controller asks Slurm (sbatch of the arrays and of the next controller), recorded;
+    a list of exceptions in ``fail`` is raised by the next array submissions (a controller that
+    dies there)."""
+    calls = {"arrays": [], "controllers": [], "fail": []}
+
+    def submit_arrays(folder, specs, *, name):
+        if calls["fail"]:
+            raise calls["fail"].pop(0)
+        calls["arrays"].append([s.name for s in specs])
+        return [f"20_{i}" for i in range(len(specs))]
+
+    def submit_controller(sweep_dir, cluster, after, stage):
+        calls["controllers"].append((stage, after))
+        return f"3{stage}", f"4{stage}"
+
+    monkeypatch.setattr("grpokit.submit.arrays.submit_arrays", submit_arrays)
+    monkeypatch.setattr(halving, "submit_controller", submit_controller)
+    return calls
+
+
+def test_the_controller_run_twice_for_one_stage_submits_once(tmp_path, bare_point, slurm_calls):
+    sweep, names = _sweep(tmp_path, [0.1, 0.4, 0.3, 0.2], bare_point)
+    first = halving.advance(sweep, 0)
+    again = halving.advance(sweep, 0)  # the restart, or a requeue, of the same stage
+    assert first["kept"] == again["kept"] == [names[1], names[2]]
+    assert slurm_calls["arrays"] == [[names[1], names[2]]]
+    assert slurm_calls["controllers"] == [(1, ["20"])]
+    state = halving.read_halving(sweep)
+    assert state["stage"] == 1 and state["stages"][1]["controller"] == "31"
+    assert state["stages"][1]["controller_restart"] == "41"
+    manifest = orjson.loads((sweep / "manifest.json").read_bytes())
+    assert [len(p.get("history", [])) for p in manifest["points"]] == [0, 1, 1, 0], "one resubmission each"
+
+
+def test_a_controller_that_died_before_submitting_is_finished_by_its_restart(
+    tmp_path, bare_point, slurm_calls, monkeypatch
+):
+    sweep, names = _sweep(tmp_path, [0.1, 0.4, 0.3, 0.2], bare_point)
+    monkeypatch.setattr(halving, "_queued_since", lambda name, since: [])  # squeue: none of the sweep's jobs
+    slurm_calls["fail"].append(RuntimeError("sbatch: error: Batch job submission failed"))
+    with pytest.raises(RuntimeError):
+        halving.advance(sweep, 0)
+    decided = halving.read_halving(sweep)["stages"][0]
+    assert decided["kept"] == [names[1], names[2]], "the decision is recorded before it is acted on"
+    pruned = orjson.loads((sweep / names[0] / "status.json").read_bytes())
+    assert pruned["state"] == "pruned" and pruned["reason"].startswith("rung 1 (step 2): rank 4/4")
+    # the restart finds it decided (the pruned points are no longer 'completed': not re-ranked)
+    record = halving.advance(sweep, 0)
+    assert record["kept"] == [names[1], names[2]] and record["decided"] == decided["decided"]
+    assert slurm_calls["arrays"] == [[names[1], names[2]]] and slurm_calls["controllers"] == [(1, ["20"])]
+
+
+def test_a_restart_that_finds_jobs_submitted_since_the_first_began_refuses(
+    tmp_path, bare_point, slurm_calls, monkeypatch
+):
+    sweep, names = _sweep(tmp_path, [0.1, 0.4, 0.3, 0.2], bare_point)
+    slurm_calls["fail"].append(RuntimeError("node lost right after sbatch answered"))
+    with pytest.raises(RuntimeError):
+        halving.advance(sweep, 0)
+    monkeypatch.setattr(halving, "_queued_since", lambda name, since: ["20_0", "20_1"])
+    with pytest.raises(HalvingError, match=r"Slurm holds job\(s\) 20_0, 20_1 of the sweep since; not submitting twice"):
+        halving.advance(sweep, 0)
+    assert slurm_calls["arrays"] == []

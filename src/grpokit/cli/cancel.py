@@ -53,7 +53,9 @@ def _halving_controllers(sweep_dir: Path) -> list[str]:
     if not path.exists():
         return []
     state = json.loads(path.read_text())
-    return [s["controller"] for s in state.get("stages", []) if s.get("controller") and s.get("kept") is None]
+    # its restart (afternotok on the controller) first, so that the cancelled controller does not start it
+    pending = [s for s in state.get("stages", []) if s.get("controller") and s.get("kept") is None]
+    return [j for s in pending for j in (s.get("controller_restart"), s["controller"]) if j]
 
 
 def cancel(sweep_dir: Path, wanted: list[str], dry_run: bool = False, out=sys.stdout) -> int:

@@ -6,18 +6,22 @@
   ``point.json`` says so); the original value is the last stage's target. verl saves at its last
   step, so each point ends ``completed`` at the rung with a checkpoint of it.
 - With the array the kit submits a small controller job (``--dependency=afterany:<array ids>``, one
-  CPU, no GPU; no daemon on the login node). It ranks the points that completed the rung by
-  ``halving.metric`` (its last value at or before the rung step, from the run folders' merged
-  ``metrics.jsonl``; ``val_acc``: the first ``val-core/<data_source>/acc/mean@1``), keeps the best
-  ``max(1, floor(keep x points of the stage))`` and resubmits them (``resubmit.json``, the next
-  rung as target; verl resumes from the rung's checkpoint); the others end ``pruned`` with the
-  reason (``rung 1 (step 2): rank 5/8 by val_acc 0.41 < cut 0.47 ...``). It then submits the next
-  controller; after the last rung the survivors run to the original target.
+  CPU, no GPU; no daemon on the login node), and its one restart (``afternotok`` on it: it runs
+  only if the controller failed or its node was lost; the controller is idempotent per stage). It
+  ranks the points that completed the rung by ``halving.metric`` (its last value at or before the
+  rung step, from the run folders' merged ``metrics.jsonl``; ``val_acc``: the first
+  ``val-core/<data_source>/acc/mean@1``), keeps the best ``max(1, floor(keep x points of the
+  stage))`` and resubmits them (``resubmit.json``, the next rung as target; verl resumes from the
+  rung's checkpoint); the others end ``pruned`` with the reason (``rung 1 (step 2): rank 5/8 by
+  val_acc 0.41 < cut 0.47 ...``). It then submits the next controller; after the last rung the
+  survivors run to the original target.
 - ``<sweep>/halving.json`` records the plan and every stage's decision: ``{"rungs": [int], "keep":
   float, "metric": str, "mode": "max" | "min", "final_target": int, "stage": int (the stage being
   trained), "stages": [{"stage": int, "target": int, "points": [name], "job_ids": [str],
-  "controller": str | null, "ranked": [{"name", "value", "rank"}], "kept": [name], "pruned": [name],
-  "out": {name: state}}]}``.
+  "controller": str | null, "controller_restart": str | null, "ranked": [{"name", "value", "rank"}],
+  "kept": [name], "pruned": [name], "out": {name: state}, "metric_key": str, "decided": iso8601,
+  "resubmitting": iso8601, "controller_submitting": iso8601}]}`` (the last two: a step begun, so
+  that a restarted controller never submits twice).
 
 Points that did not complete a rung (failed, pruned by ``runtime.pruning``, cancelled) keep their
 state and take no place among the kept. Note that verl's learning-rate schedule is computed from
@@ -27,6 +31,7 @@ target (verl's default, a constant rate, is unaffected).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -38,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from grpokit.config.point import PointSpec
+from grpokit.config.schema import ClusterConf
 from grpokit.run_folder.layout import HALVING, RunFolder
 from grpokit.submit import snapshot
 
@@ -106,7 +112,7 @@ def plan_of(section: Mapping | None, specs: list[PointSpec], swept: list[str], o
             raise HalvingError(f"{why} with halving.rungs: not supported; the halving controller job carries the sweep")
     final = None
     for spec in specs:
-        if spec.cluster.get("kind") != "slurm":
+        if spec.cluster.kind != "slurm":
             raise HalvingError(
                 f"[{spec.name}] halving.rungs: successive halving runs its controller as a Slurm job; "
                 "use a Slurm cluster (cluster=slurm or cluster=slurm_local)"
@@ -206,29 +212,46 @@ def _slurm_clean_env() -> None:
             del os.environ[name]
 
 
-def submit_controller(sweep_dir: Path, cluster: Mapping, after: list[str], stage: int) -> str:
-    """Submit the controller of ``stage`` (its points' arrays ``after``); returns its Slurm id."""
+def submit_controller(sweep_dir: Path, cluster: ClusterConf, after: list[str], stage: int) -> tuple[str, str]:
+    """Submit the controller of ``stage`` (its points' arrays ``after``) and its one restart.
+
+    The restart is the same controller (:func:`advance` is idempotent) with
+    ``--dependency=afterany:<arrays>,afternotok:<controller>``: it runs once, after the points, if
+    the controller failed, timed out, lost its node or was cancelled, and Slurm cancels it
+    (``--kill-on-invalid-dep``) when the controller completed.
+
+    Returns:
+        ``(controller id, restart id)``.
+    """
+    after_points = "afterany:" + ":".join(after)
+    executor = _controller_executor(sweep_dir, cluster, after_points)
+    controller = str(executor.submit(HalvingController(), str(sweep_dir), stage).job_id)
+    executor = _controller_executor(sweep_dir, cluster, f"{after_points},afternotok:{controller}")
+    restart = str(executor.submit(HalvingController(), str(sweep_dir), stage).job_id)
+    return controller, restart
+
+
+def _controller_executor(sweep_dir: Path, cluster: ClusterConf, dependency: str):
     import submitit
 
     executor = submitit.SlurmExecutor(folder=str(Path(sweep_dir) / "submitit"))
     params: dict[str, Any] = {
         "job_name": f"{Path(sweep_dir).name}-halving",
-        "partition": cluster.get("partition"),
+        "partition": cluster.partition,
         "time": 10,
         "nodes": 1,
         "ntasks_per_node": 1,
         "cpus_per_task": 1,
         "mem": "1GB",
-        "setup": list(cluster.get("setup") or []),
-        "additional_parameters": {"dependency": "afterany:" + ":".join(after), "kill-on-invalid-dep": "yes"},
+        "setup": list(cluster.setup or []),
+        "additional_parameters": {"dependency": dependency, "kill-on-invalid-dep": "yes"},
     }
     for key in ("account", "qos"):
-        if cluster.get(key):
-            params[key] = cluster[key]
+        if getattr(cluster, key):
+            params[key] = getattr(cluster, key)
     executor.update_parameters(**params)
     snapshot.use(executor, Path(sweep_dir))  # the controller runs the sweep's frozen code, as its points do
-    job = executor.submit(HalvingController(), str(sweep_dir), stage)
-    return str(job.job_id)
+    return executor
 
 
 def start(sweep_dir: Path, specs: list[PointSpec], plan: HalvingPlan) -> str:
@@ -242,7 +265,7 @@ def start(sweep_dir: Path, specs: list[PointSpec], plan: HalvingPlan) -> str:
         points = read_manifest(sweep_dir)["points"]
         job_ids = [p["job_id"] for p in points]
         arrays = list(dict.fromkeys(str(j).split("_")[0] for j in job_ids if j))
-        controller = submit_controller(sweep_dir, specs[0].cluster, arrays, 0)
+        controller, restart = submit_controller(sweep_dir, specs[0].cluster, arrays, 0)
         state = {
             **plan.to_json(),
             "stage": 0,
@@ -250,30 +273,66 @@ def start(sweep_dir: Path, specs: list[PointSpec], plan: HalvingPlan) -> str:
                 {"stage": 0, "target": plan.target(0), "points": [p["name"] for p in points], "job_ids": job_ids}
             ],
         }
-        state["stages"][0]["controller"] = controller
+        state["stages"][0].update(controller=controller, controller_restart=restart)
         write_json_atomic(sweep_dir / HALVING_FILE, state)
-        claim.record("halving-controller", [], [controller], stage=0, after=arrays)
+        claim.record("halving-controller", [], [controller, restart], stage=0, after=arrays)
     print(
         f"successive halving: rungs {list(plan.rungs)} then {plan.final_target} steps, keep {plan.keep:g} "
-        f"by {plan.metric} ({plan.mode}); controller job {controller} runs after array(s) {', '.join(arrays)}"
+        f"by {plan.metric} ({plan.mode}); controller job {controller} runs after array(s) {', '.join(arrays)} "
+        f"(restarted once as job {restart} if it fails)"
     )
     return controller
 
 
 def _prune(run_dir: Path, reason: str, halving: dict[str, Any]) -> None:
-    """Mark a point that completed its rung ``pruned`` (a final state) with the reason."""
+    """Mark a point that completed its rung ``pruned`` (a final state) with the reason; a point
+    already pruned by this stage (a restarted controller) is left as it is."""
     from grpokit.run_folder import RunFolder, now, read_status, write_json_atomic
 
     path = RunFolder(run_dir).status
     status = read_status(run_dir)
+    if status.get("state") == "pruned" and status.get("halving") == halving:
+        return
     status.update(state="pruned", reason=reason, halving=halving, updated=now())
     write_json_atomic(path, status)
 
 
+def _queued_since(job_name: str, since: str) -> list[str]:
+    """Ids of this user's jobs named ``job_name`` that Slurm submitted at or after ``since`` (ISO time),
+    as ``squeue`` still shows them (this cluster keeps no accounting; ``squeue`` shows finished
+    jobs for ``MinJobAge``). Raises ``RuntimeError`` when ``squeue`` fails."""
+    import datetime as dt
+    import subprocess
+
+    out = subprocess.run(
+        ["squeue", "-h", "--me", "--name", job_name, "-t", "all", "-o", "%i|%V"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"squeue failed: {out.stderr.strip()}")
+    after = dt.datetime.fromisoformat(since).astimezone().replace(tzinfo=None, microsecond=0)
+    ids = []
+    for line in out.stdout.split():
+        job, _, submitted = line.partition("|")
+        with contextlib.suppress(ValueError):
+            if dt.datetime.fromisoformat(submitted) >= after:
+                ids.append(job)
+    return ids
+
+
 def advance(sweep_dir: Path, stage: int) -> dict[str, Any]:
     """The controller of ``stage``: rank, prune, resubmit the kept with the next target, submit the
-    next controller. Returns the stage's record. Runs once per stage: a second run (a requeue of
-    the controller) finds ``halving.json`` past the stage and does nothing."""
+    next controller. Returns the stage's record.
+
+    Idempotent, so that a restarted controller (:func:`submit_controller`) or any second run of
+    the same stage finishes what the first left, and submits nothing twice: the decision is
+    written to ``halving.json`` before anything acts on it, each step records that it is done
+    (``resubmitting`` before sbatch, the job ids right after), and a run that finds
+    ``resubmitting`` without job ids refuses to submit when ``squeue`` shows the sweep's jobs
+    submitted since (:class:`HalvingError`, naming them).
+    """
     from grpokit.run_folder import now, read_status, write_json_atomic
     from grpokit.run_folder.claim import open_existing
     from grpokit.run_folder.manifest import MANIFEST, read_manifest, replace_job_ids
@@ -281,51 +340,66 @@ def advance(sweep_dir: Path, stage: int) -> dict[str, Any]:
     from grpokit.submit.arrays import submit_arrays
 
     sweep_dir = Path(sweep_dir)
+    path = sweep_dir / HALVING_FILE
     with open_existing(sweep_dir) as claim:
         state = read_halving(sweep_dir)
-        if state is None or state["stage"] != stage or state["stages"][stage].get("kept") is not None:
-            log.warning("halving stage %d of %s already decided; nothing to do", stage, sweep_dir)
-            return (state or {}).get("stages", [{}])[min(stage, len((state or {}).get("stages", [1])) - 1)]
+        if state is None or stage >= len(state["stages"]):
+            log.warning("halving stage %d of %s is not recorded; nothing to do", stage, sweep_dir)
+            return {}
         plan = _plan(state)
         record = state["stages"][stage]
         manifest = read_manifest(sweep_dir)
         entries = {p["name"]: p for p in manifest["points"]}
         target = plan.target(stage)
-        values: dict[str, float | None] = {}
-        out: dict[str, str] = {}
-        key_used = plan.metric
-        for name in record["points"]:
-            run_dir = Path(entries[name]["run_dir"])
-            status = read_status(run_dir)
-            if status.get("state") != "completed" or status.get("last_step") != target:
-                out[name] = str(status.get("state") or "pending")
-                continue
-            key_used, values[name] = metric_at(run_dir, plan.metric, target)
-        ranked, n_keep = decide(values, record["points"], len(record["points"]), plan)
-        kept = [r.name for r in ranked[:n_keep]]
-        cut = ranked[n_keep - 1].value if ranked else None
-        label = plan.metric if plan.metric == key_used else f"{plan.metric} ({key_used})"
         rung = f"rung {stage + 1} (step {target})"
-        pruned = []
-        for r in ranked[n_keep:]:
+        if record.get("kept") is None:  # 1. decide, and record the decision before acting on it
+            values: dict[str, float | None] = {}
+            out: dict[str, str] = {}
+            key_used = plan.metric
+            for name in record["points"]:
+                run_dir = Path(entries[name]["run_dir"])
+                status = read_status(run_dir)
+                if status.get("state") != "completed" or status.get("last_step") != target:
+                    out[name] = str(status.get("state") or "pending")
+                    continue
+                key_used, values[name] = metric_at(run_dir, plan.metric, target)
+            ranked, n_keep = decide(values, record["points"], len(record["points"]), plan)
+            record.update(
+                metric_key=key_used,
+                ranked=[dataclasses.asdict(r) for r in ranked],
+                kept=[r.name for r in ranked[:n_keep]],
+                pruned=[r.name for r in ranked[n_keep:]],
+                out=out,
+                decided=now(),
+            )
+            write_json_atomic(path, state)
+        else:
+            log.warning("%s of %s was decided at %s: finishing what is left", rung, sweep_dir, record["decided"])
+        ranked = [Ranked(**r) for r in record["ranked"]]
+        kept, n_keep = record["kept"], len(record["kept"])
+        cut = ranked[n_keep - 1].value if ranked and n_keep else None
+        key_used = record["metric_key"]
+        label = plan.metric if plan.metric == key_used else f"{plan.metric} ({key_used})"
+        for r in ranked[n_keep:]:  # 2. prune (a point already pruned by this stage is left as it is)
             reason = (
                 f"{rung}: rank {r.rank}/{len(ranked)} by {label} {_fmt(r.value)} "
                 f"{'<' if plan.mode == 'max' else '>'} cut {_fmt(cut)} (kept {n_keep} of {len(record['points'])}, "
                 f"halving.keep={plan.keep:g})"
             )
             _prune(Path(entries[r.name]["run_dir"]), reason, {"stage": stage, "rung": target, "rank": r.rank})
-            pruned.append(r.name)
-        record.update(
-            metric_key=key_used,
-            ranked=[dataclasses.asdict(r) for r in ranked],
-            kept=kept,
-            pruned=pruned,
-            out=out,
-            decided=now(),
-        )
-        log.info("%s: kept %s; pruned %s; out %s", rung, kept, pruned, out)
+        log.info("%s: kept %s; pruned %s; out %s", rung, kept, record["pruned"], record["out"])
         next_target = plan.target(stage + 1)
-        if kept:
+        if kept and len(state["stages"]) == stage + 1:  # 3. resubmit the kept, once
+            sweep_name = PointSpec.from_json(RunFolder(Path(entries[kept[0]]["run_dir"])).point.read_text()).sweep_name
+            if record.get("resubmitting"):
+                queued = _queued_since(sweep_name, record["resubmitting"])
+                if queued:
+                    raise HalvingError(
+                        f"{rung} of {sweep_dir}: an earlier controller started resubmitting at "
+                        f"{record['resubmitting']} and Slurm holds job(s) {', '.join(queued)} of the sweep since; "
+                        f"not submitting twice. Check squeue --name {sweep_name}; to continue, record them in "
+                        f"{path} or resubmit the kept points ({', '.join(kept)}) with grpokit resubmit"
+                    )
             specs = []
             for name in kept:
                 run_dir = Path(entries[name]["run_dir"])
@@ -333,22 +407,40 @@ def advance(sweep_dir: Path, stage: int) -> dict[str, Any]:
                 RunFolder(run_dir).point.write_text(spec.to_json())
                 resubmission.request(run_dir)
                 specs.append(spec)
+            record["resubmitting"] = now()
+            write_json_atomic(path, state)
             _slurm_clean_env()
             ids = submit_arrays(sweep_dir / "submitit", specs, name=specs[0].sweep_name)
+            state["stages"].append(
+                {"stage": stage + 1, "target": next_target, "points": kept, "job_ids": list(ids), "controller": None}
+            )
+            state["stage"] = stage + 1
+            write_json_atomic(path, state)
+            claim.record("halving", kept, list(ids), stage=stage + 1, target=next_target)
             replace_job_ids(
                 manifest,
                 {entries[n]["index"]: (j, f"completed (rung {stage + 1})") for n, j in zip(kept, ids, strict=True)},
             )
             write_json_atomic(sweep_dir / MANIFEST, manifest)
-            claim.record("halving", kept, list(ids), stage=stage + 1, target=next_target)
-            nxt = {"stage": stage + 1, "target": next_target, "points": kept, "job_ids": list(ids), "controller": None}
-            if stage + 1 < len(plan.rungs):
-                arrays = list(dict.fromkeys(str(j).split("_")[0] for j in ids))
-                nxt["controller"] = submit_controller(sweep_dir, specs[0].cluster, arrays, stage + 1)
-                claim.record("halving-controller", [], [nxt["controller"]], stage=stage + 1, after=arrays)
-            state["stages"].append(nxt)
-            state["stage"] = stage + 1
-        write_json_atomic(sweep_dir / HALVING_FILE, state)
+        nxt = state["stages"][stage + 1] if len(state["stages"]) > stage + 1 else None
+        if nxt is not None and stage + 1 < len(plan.rungs) and not nxt.get("controller"):  # 4. the next controller
+            if nxt.get("controller_submitting"):
+                queued = _queued_since(f"{sweep_dir.name}-halving", nxt["controller_submitting"])
+                if queued:
+                    raise HalvingError(
+                        f"{rung} of {sweep_dir}: an earlier controller started submitting the next one at "
+                        f"{nxt['controller_submitting']} and Slurm holds controller job(s) {', '.join(queued)} "
+                        f"since; not submitting twice (record it in {path} as stages[{stage + 1}].controller)"
+                    )
+            nxt["controller_submitting"] = now()
+            write_json_atomic(path, state)
+            arrays = list(dict.fromkeys(str(j).split("_")[0] for j in nxt["job_ids"]))
+            cluster = PointSpec.from_json(RunFolder(Path(entries[kept[0]]["run_dir"])).point.read_text()).cluster
+            nxt["controller"], nxt["controller_restart"] = submit_controller(sweep_dir, cluster, arrays, stage + 1)
+            write_json_atomic(path, state)
+            claim.record(
+                "halving-controller", [], [nxt["controller"], nxt["controller_restart"]], stage=stage + 1, after=arrays
+            )
         return record
 
 

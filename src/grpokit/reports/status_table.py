@@ -117,9 +117,20 @@ def eta_s(df, step: int | None, target: int | None, last: int = 5) -> float | No
 
 
 def collect_rows(sweep: Sweep, now: datetime | None = None) -> list[StatusRow]:
-    """Rows for every point; Slurm is asked once for all job ids."""
-    states = job_states([p.job_id for p in sweep.points if p.job_id])
-    return [status_row(p, states.get(p.job_id) if p.job_id else None, now) for p in sweep.points]
+    """Rows for every point; Slurm is asked once for all job ids (the chained jobs' too: with
+    ``after=[...]`` each row's ``extra`` holds :func:`grpokit.reports.chain_view.chain_columns`)."""
+    from grpokit.reports.chain_view import chain_columns, chain_job_ids, read_sweep_chain
+
+    chain = read_sweep_chain(sweep.path)
+    states = job_states([p.job_id for p in sweep.points if p.job_id] + chain_job_ids(chain))
+    rows = [status_row(p, states.get(p.job_id) if p.job_id else None, now) for p in sweep.points]
+    if chain is not None:
+        for p, row in zip(sweep.points, rows, strict=True):
+            record = (chain.get("points") or {}).get(p.name)
+            row.extra.update(
+                chain_columns(record, p.run_dir, row.state, states.get((record or {}).get("job_id") or ""))
+            )
+    return rows
 
 
 def row_json(row: StatusRow) -> dict:
@@ -142,6 +153,7 @@ def row_json(row: StatusRow) -> dict:
         "val_acc": clean(row.val_acc),
         "elapsed_s": clean(row.elapsed_s),
         "eta_s": clean(row.eta_s),
+        **({k: row.extra[k] for k in ("chain", "chain_reason")} if "chain" in row.extra else {}),
     }
 
 
@@ -176,6 +188,9 @@ def render_table(sweep: Sweep, rows: list[StatusRow]) -> Table:
     table.add_column("val acc", justify="right")
     table.add_column("elapsed", justify="right")
     table.add_column("ETA", justify="right")
+    chained = any("chain" in r.extra for r in rows)  # after=[merge,eval]: the chained job's state
+    if chained:
+        table.add_column("chain")
     table.add_column("reason", max_width=60, overflow="ellipsis", no_wrap=True)
     for r in rows:
         table.add_row(
@@ -191,6 +206,11 @@ def render_table(sweep: Sweep, rows: list[StatusRow]) -> Table:
             _num(r.val_acc),
             format_duration(r.elapsed_s),
             format_duration(r.eta_s),
+            *(
+                [Text(r.extra.get("chain") or "-", style=STATE_STYLE.get(r.extra.get("chain") or "", ""))]
+                if chained
+                else []
+            ),
             r.reason or "",
         )
     return table

@@ -39,6 +39,7 @@ from grpokit.config.point import PointSpec
 from grpokit.config.schema import ChainConf
 from grpokit.run_folder import now, write_json_atomic
 from grpokit.run_folder.layout import SweepFolder
+from grpokit.slurm.cancel import scancel
 from grpokit.submit.dependent import submit_dependent
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ def plan_of(
             "at every rung); run the chain on the survivors later: grpokit merge / grpokit serve-eval <run>"
         )
     for spec in specs:
-        if spec.cluster.get("kind") != "slurm":
+        if spec.cluster.kind != "slurm":
             raise ChainError(
                 f"[{spec.name}] after={list(steps)}: the chain is a Slurm job after each point's job; use a Slurm "
                 "cluster (cluster=slurm or cluster=slurm_local), or run grpokit merge / serve-eval here afterwards"
@@ -144,10 +145,6 @@ class ChainJob:
         return 0
 
 
-def _scancel(job_id: str) -> None:
-    subprocess.run(["scancel", job_id], capture_output=True, timeout=30, check=False)
-
-
 def follow(sweep_dir: Path, specs: list[PointSpec], job_ids: list[str]) -> dict[str, str | None]:
     """After a submission of ``specs`` (Slurm ids ``job_ids``): submit each point's chained job when
     the sweep chains (``chain.json`` with steps); returns ``{point name: chained job id | None}``.
@@ -168,7 +165,7 @@ def follow(sweep_dir: Path, specs: list[PointSpec], job_ids: list[str]) -> dict[
         old = points.get(spec.name)
         history = list((old or {}).get("history", []))
         if old and old.get("job_id"):
-            _scancel(old["job_id"])  # pending on a task that will never succeed (Slurm may have cancelled it)
+            scancel([old["job_id"]])  # pending on a task that will never succeed (Slurm may have cancelled it)
             history.append({"job_id": old["job_id"], "after": old.get("after"), "replaced": now()})
         record: dict[str, Any] = {"job_id": None, "after": job_id, "submitted": now(), "history": history}
         try:

@@ -45,7 +45,7 @@ from typing import Any
 from grpokit.config.point import PointSpec
 from grpokit.config.schema import ClusterConf
 from grpokit.run_folder.layout import HALVING, RunFolder
-from grpokit.submit import snapshot
+from grpokit.submit.dependent import dependent_executor
 
 log = logging.getLogger(__name__)
 
@@ -232,26 +232,11 @@ def submit_controller(sweep_dir: Path, cluster: ClusterConf, after: list[str], s
 
 
 def _controller_executor(sweep_dir: Path, cluster: ClusterConf, dependency: str):
-    import submitit
-
-    executor = submitit.SlurmExecutor(folder=str(Path(sweep_dir) / "submitit"))
-    params: dict[str, Any] = {
-        "job_name": f"{Path(sweep_dir).name}-halving",
-        "partition": cluster.partition,
-        "time": 10,
-        "nodes": 1,
-        "ntasks_per_node": 1,
-        "cpus_per_task": 1,
-        "mem": "1GB",
-        "setup": list(cluster.setup or []),
-        "additional_parameters": {"dependency": dependency, "kill-on-invalid-dep": "yes"},
-    }
-    for key in ("account", "qos"):
-        if getattr(cluster, key):
-            params[key] = getattr(cluster, key)
-    executor.update_parameters(**params)
-    snapshot.use(executor, Path(sweep_dir))  # the controller runs the sweep's frozen code, as its points do
-    return executor
+    """The controller's submitit executor: one CPU, 1 GB, 10 minutes, no GPU, the sweep's frozen code
+    (:func:`grpokit.submit.dependent.dependent_executor`, the kit's one way to submit a dependent job)."""
+    return dependent_executor(
+        sweep_dir, cluster=cluster, name=f"{Path(sweep_dir).name}-halving", dependency=dependency, timeout_min=10
+    )
 
 
 def start(sweep_dir: Path, specs: list[PointSpec], plan: HalvingPlan) -> str:

@@ -234,6 +234,9 @@ def test_a_sidecar_that_dies_or_ignores_sigterm_ends_the_job_promptly_and_leaves
     (s_early,) = kit.wait_final(early, timeout=300)
     assert s_early["state"] == "failed" and s_early["attempts"][-1]["ended_by"] == "sidecar_failed"
     assert "sidecar flaky exited with 3 during start-up" in s_early["reason"]
+    # it died 1 s in, while Ray was still starting: the attempt ended then, not after Ray's wait
+    assert "while Ray was starting" in s_early["reason"], s_early["reason"][:300]
+    assert "ray ready" not in (early[0] / "attempts" / "1" / "driver.log").read_text()
     assert "exiting with 3 after 1.0 s" in s_early["reason"], "the reason quotes the sidecar's log"
     assert not (early[0] / "attempts" / "1" / "trainer.log").exists(), "the trainer must not start"
 

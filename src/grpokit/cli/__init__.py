@@ -10,6 +10,7 @@ card's commands keep working from a checkout). Each module has ``entry(argv) -> 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 #: command name -> module under grpokit.cli (the name a user types; modules use underscores).
@@ -51,4 +52,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grpokit: unknown command '{name}'{hint}\n{_usage()}", file=sys.stderr)
         return 2
     sys.argv = [f"grpokit {name}", *rest]  # Hydra and argparse read the program name from here
-    return importlib.import_module(f"grpokit.cli.{module}").entry(rest)
+    try:
+        code = importlib.import_module(f"grpokit.cli.{module}").entry(rest)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+    except BrokenPipeError:
+        return _closed_stdout()
+    return code
+
+
+def _closed_stdout() -> int:
+    """The reader of stdout went away (``grpokit status --json | head``): no traceback, exit 141
+    (128 + SIGPIPE, as a shell tool killed by the signal). Python's recipe (library/signal.html,
+    "Note on SIGPIPE"): point stdout at devnull so the interpreter's final flush cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 141

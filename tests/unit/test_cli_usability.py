@@ -1,0 +1,46 @@
+"""The daily commands in a newcomer's terminal: status's table at 80/120/200 columns and piped,
+a sweep named instead of its folder, a closed pipe, a mistyped experiment, the dry run's summary,
+env.json's trainer variables, and plots without labelled lines."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+GRPOKIT = [str(REPO / ".venv" / "bin" / "grpokit")]
+
+
+def make_sweep(folder: Path, n: int, name: str = "lr_sweep") -> Path:
+    """A sweep folder with ``n`` points that were never submitted (no Slurm ids: status asks nothing)."""
+    points = []
+    for i in range(n):
+        point = f"{i:03d}_train_batch_size-{8 * (i + 1)}_lr-1e-06"
+        (folder / point).mkdir(parents=True)
+        points.append(
+            {
+                "index": i,
+                "name": point,
+                "run_dir": str(folder / point),
+                "swept": {"data.train_batch_size": 8 * (i + 1), "actor_rollout_ref.actor.optim.lr": 1e-6},
+            }
+        )
+    (folder / "manifest.json").write_text(json.dumps({"sweep": name, "points": points}))
+    return folder
+
+
+def test_status_json_into_a_closed_pipe_ends_quietly(tmp_path):
+    # Enough rows to fill the pipe's buffer, so the writer meets the closed end (`| head -c 100`).
+    folder = make_sweep(tmp_path / "sw", 300)
+    run = subprocess.run(
+        f"{GRPOKIT[0]} status {folder} --json | head -c 100 >/dev/null; echo rc=${{PIPESTATUS[0]}}",
+        shell=True,
+        executable="/bin/bash",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "Traceback" not in run.stderr and "BrokenPipeError" not in run.stderr, run.stderr
+    assert run.stderr == ""
+    assert run.stdout.strip() == "rc=141"

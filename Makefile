@@ -24,10 +24,15 @@ $(PY):
 	$(PY) -m pip install -q --upgrade pip
 
 # Without a GPU torch is pinned to the CPU build this kit's login nodes and CI use; with one, the
-# training extra brings verl[vllm] with the CUDA torch vLLM pins.
-install: $(PY)
+# training extra brings verl[vllm] with the CUDA torch vLLM pins. The install is editable, so code
+# edits need no re-install: pip runs again only when pyproject.toml changed or the extras differ
+# (the stamp's name holds them), not on every `make run`.
+STAMP := $(VENV)/.grpokit-installed-$(subst $(comma),-,$(EXTRAS))
+install: $(STAMP)
+$(STAMP): pyproject.toml | $(PY)
 	$(if $(HAS_GPU),,$(PY) -m pip install -q torch==2.13.0)
 	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
+	rm -f $(VENV)/.grpokit-installed-* && touch $@
 
 # Prepare real GSM8K (../shared/data/gsm8k if present, else the hub), build or fetch the model,
 # run the default sweep point on this machine (cluster=local; ARGS="cluster=slurm ..." to submit).

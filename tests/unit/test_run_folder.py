@@ -69,6 +69,22 @@ def test_atomic_write_that_fails_keeps_the_old_file_and_no_temp_file(tmp_path, m
     assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]
 
 
+def test_atomic_write_gives_the_mode_a_plain_open_would_so_labmates_can_read_the_sweep(tmp_path):
+    """mkstemp's 0o600 would follow the file through os.replace: status.json, manifest.json and
+    metrics.jsonl readable by their owner only (seen in a newcomer's trial with umask 0022)."""
+    plain = tmp_path / "plain.json"
+    old = os.umask(0o022)
+    try:
+        plain.write_text("{}")
+        write_json_atomic(tmp_path / "status.json", {"state": "running"})
+        os.umask(0o027)
+        write_json_atomic(tmp_path / "manifest.json", {"points": []})
+    finally:
+        os.umask(old)
+    assert (tmp_path / "status.json").stat().st_mode & 0o777 == plain.stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "manifest.json").stat().st_mode & 0o777 == 0o640
+
+
 def test_final_states_are_defined_once_and_match_the_docs():
     assert {"completed", "failed", "cancelled", "skipped_no_gpu", "pruned"} == FINAL_STATES
     assert all(PointState(s).is_final for s in FINAL_STATES)

@@ -2,6 +2,10 @@
 
 Readers on the login node and on other nodes see the old file or the new one, never half of one:
 each write goes to a temp file in the same folder, is fsynced, then ``os.replace``-d over the target.
+The file gets the mode a plain ``open(path, "w")`` would give (0o666 less the process's umask), so a
+labmate who may read the sweep folder can run ``status`` and ``report`` on it: ``tempfile.mkstemp``
+alone creates 0o600 files, which ``os.replace`` would carry over. Nothing secret is written through
+here (keys travel in the environment only).
 """
 
 from __future__ import annotations
@@ -14,6 +18,20 @@ from pathlib import Path
 from typing import Any
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux says it (``/proc/self/status``,
+    kernel >= 4.7); elsewhere set and restored at once."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def now() -> str:
     """UTC time, ISO 8601 with seconds (``2026-12-01T12:00:00+00:00``): every time stamp the kit writes."""
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
@@ -22,13 +40,14 @@ def now() -> str:
 def write_bytes_atomic(path: Path | str, payload: bytes) -> None:
     """Write ``payload`` through a temp file ``.<name>.*`` in the same folder, fsync, ``os.replace`` it.
 
-    The folder is created when missing. On any failure (a full disk, a signal) the temp file is
+    The folder is created when missing; the file's mode is ``0o666 & ~umask``. On any failure (a full disk, a signal) the temp file is
     removed and ``path`` keeps its previous content; the exception propagates.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
             f.flush()

@@ -192,3 +192,21 @@ def test_report_columns_say_what_happened(tmp_path):
     # an earlier chained job's record (before a resubmission) is not this job's
     newer = chain_columns({"job_id": "10", "after": "6_0"}, run, "queued", _job("PENDING", "Dependency"))
     assert newer["chain"] == "queued" and newer["base_acc"] is None
+
+
+@pytest.mark.timeout(180)
+def test_a_merger_failure_is_recorded_with_the_mergers_own_last_line(bare_point, tmp_path, gsm8k_dir):
+    run = tmp_path / "000"
+    _point_files(run, bare_point, tmp_path, tmp_path, gsm8k_dir / "test.parquet", "completed")
+    actor = run / "checkpoints" / "global_step_2" / "actor"
+    (actor / "huggingface").mkdir(parents=True)
+    (actor / "huggingface" / "config.json").write_text(json.dumps({"model_type": "qwen3"}))
+    (actor / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": 1}))
+    for kind in ("model", "optim", "extra_state"):  # not torch files: verl's real merger fails on them
+        (actor / f"{kind}_world_size_1_rank_0.pt").write_bytes(b"double" * 8)
+    (actor.parent / "data.pt").write_bytes(b"{}")
+    (run / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("2")
+    assert chain_job.main([str(run), "--steps", "merge"]) == 1
+    record = json.loads((run / "chain_status.json").read_text())
+    assert record["state"] == "failed" and record["reason"].startswith("merge: verl's model merger exited 1: ")
+    assert "UnpicklingError" in record["reason"]  # the merger's own exception, from its stderr

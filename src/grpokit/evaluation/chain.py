@@ -57,7 +57,8 @@ def aside(path: Path) -> Path | None:
     return target
 
 
-def _first_line(text: str) -> str:
+def _last_line(text: str) -> str:
+    """The last non-empty line (a traceback's exception, a command's final error), stripped."""
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
     return lines[-1] if lines else ""
 
@@ -101,7 +102,7 @@ def run_chain(run_dir: Path, steps: list[str], eval_args: list[str]) -> dict[str
             done = subprocess.run(argv, stderr=subprocess.PIPE, text=True)
             sys.stderr.write(done.stderr)
             if done.returncode != 0:
-                raise RuntimeError(f"grpokit serve-eval exited {done.returncode}: {_first_line(done.stderr)}")
+                raise RuntimeError(f"grpokit serve-eval exited {done.returncode}: {_last_line(done.stderr)}")
             summary = json.loads(folder.eval_summary.read_text())
             base, trained = (summary["models"][m]["accuracy"] for m in ("base", "trained"))
             record["eval"] = {
@@ -116,9 +117,11 @@ def run_chain(run_dir: Path, steps: list[str], eval_args: list[str]) -> dict[str
     except _Stopped:
         record.update(state="failed", reason=f"{step}: stopped by SIGTERM (time limit or scancel)", ended=now())
     except subprocess.CalledProcessError as exc:
-        record.update(state="failed", reason=f"{step}: verl's model merger exited {exc.returncode}", ended=now())
+        said = _last_line(exc.stderr or "")
+        reason = f"{step}: verl's model merger exited {exc.returncode}" + (f": {said}" if said else "")
+        record.update(state="failed", reason=reason, ended=now())
     except Exception as exc:  # every failure ends in chain_status.json, with the step and its first line
-        record.update(state="failed", reason=f"{step}: {type(exc).__name__}: {_first_line(str(exc))}", ended=now())
+        record.update(state="failed", reason=f"{step}: {type(exc).__name__}: {_last_line(str(exc))}", ended=now())
     write_json_atomic(folder.chain_status, record)
     return record
 

@@ -17,6 +17,7 @@ from grpokit.runtime.checkpoints import CheckpointInfo, inspect_checkpoint, list
 
 log = logging.getLogger(__name__)
 
+
 class CheckpointError(RuntimeError):
     """No usable checkpoint: the message lists what is missing and how to proceed."""
 
@@ -72,7 +73,8 @@ def merge_run(run_dir: Path, step: int | None = None, overwrite: bool = False, d
     """Merge the chosen checkpoint of run_dir into ``<run_dir>/hf``; returns the argv run.
 
     Raises CheckpointError (see :func:`choose_checkpoint`), FileExistsError when ``hf/`` already
-    holds files and overwrite is False, and subprocess.CalledProcessError when the merger fails.
+    holds files and overwrite is False, and subprocess.CalledProcessError (with the merger's
+    ``stderr``) when the merger fails.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -84,5 +86,9 @@ def merge_run(run_dir: Path, step: int | None = None, overwrite: bool = False, d
     argv = merge_command(ckpt, target)
     log.info("merging step %d of %s: %s", ckpt.step, run_dir, " ".join(argv))
     if not dry_run:
-        subprocess.run(argv, check=True)
+        # stderr passed through and kept: a failure's last line (the merger's exception) is its reason
+        done = subprocess.run(argv, stderr=subprocess.PIPE, text=True)
+        sys.stderr.write(done.stderr)
+        if done.returncode != 0:
+            raise subprocess.CalledProcessError(done.returncode, argv, stderr=done.stderr)
     return argv

@@ -40,8 +40,9 @@ def now() -> str:
 def write_bytes_atomic(path: Path | str, payload: bytes) -> None:
     """Write ``payload`` through a temp file ``.<name>.*`` in the same folder, fsync, ``os.replace`` it.
 
-    The folder is created when missing; the file's mode is ``0o666 & ~umask``. On any failure (a full disk, a signal) the temp file is
-    removed and ``path`` keeps its previous content; the exception propagates.
+    The folder is created when missing; the file's mode is ``0o666 & ~umask``. On any failure (a
+    full disk, a signal) the temp file is removed and ``path`` keeps its previous content; the
+    exception propagates.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -44,3 +44,24 @@ def test_status_json_into_a_closed_pipe_ends_quietly(tmp_path):
     assert "Traceback" not in run.stderr and "BrokenPipeError" not in run.stderr, run.stderr
     assert run.stderr == ""
     assert run.stdout.strip() == "rc=141"
+
+
+def test_curves_without_a_reward_line_draw_no_legend_and_warn_nothing(tmp_path):
+    import warnings
+
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from grpokit.reports.plots import plot_curves
+    from grpokit.reports.report_table import SweepReport
+    from grpokit.run_folder.sweep import load_sweep
+
+    sweep = load_sweep(make_sweep(tmp_path / "sw", 2))
+    table = pd.DataFrame({"index": [0, 1], "name": [p.name for p in sweep.points]})
+    # Points that logged validation only (no critic/rewards/mean): the reward panel has no line.
+    curves = {i: pd.DataFrame({"step": [1, 2], "val-core/gsm8k/acc/mean@1": [0.1, 0.2]}) for i in (0, 1)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib's "No artists with labels found" is a UserWarning
+        path = plot_curves(SweepReport(sweep=sweep, table=table, curves=curves), tmp_path / "curves.png")
+    assert path.stat().st_size > 0
+    plt.close("all")

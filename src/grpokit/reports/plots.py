@@ -42,7 +42,8 @@ def plot_curves(report: SweepReport, path: Path, acc_key: str | None = None) -> 
     ax_r.set_title(f"sweep {report.sweep.name}")
     for ax in (ax_r, ax_a):
         ax.grid(alpha=0.3)
-    if 0 < len(report.curves) <= MAX_LEGEND:
+    # A legend only for labelled lines (no point logged a reward: none; matplotlib would warn).
+    if 0 < len(ax_r.get_legend_handles_labels()[0]) <= MAX_LEGEND:
         ax_r.legend(fontsize=7, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=100)

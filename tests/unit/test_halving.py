@@ -189,3 +189,16 @@ def test_a_restart_that_finds_jobs_submitted_since_the_first_began_refuses(
     with pytest.raises(HalvingError, match=r"Slurm holds job\(s\) 20_0, 20_1 of the sweep since; not submitting twice"):
         halving.advance(sweep, 0)
     assert slurm_calls["arrays"] == []
+
+
+def test_cancel_takes_a_pending_controllers_restart_first(tmp_path):
+    # scancel of the controller alone would satisfy its restart's afternotok: the restart goes first
+    from grpokit.cli.cancel import _halving_controllers
+
+    stages = [
+        {"stage": 0, "controller": "31", "controller_restart": "41", "kept": ["a"]},  # decided: done
+        {"stage": 1, "controller": "32", "controller_restart": "42"},
+        {"stage": 2, "controller": None},
+    ]
+    (tmp_path / "halving.json").write_bytes(orjson.dumps({"stages": stages}))
+    assert _halving_controllers(tmp_path) == ["42", "32"]

@@ -13,7 +13,7 @@ import sys
 from omegaconf import DictConfig
 
 from grpokit.config.point import PointSpec
-from grpokit.validate import gpu_plan, kit_checks, model_checks, slurm_request, verl_check
+from grpokit.validate import data_steps, gpu_plan, kit_checks, model_checks, slurm_request, verl_check
 from grpokit.validate.problems import Problem, SweepValidationError
 
 __all__ = ["Problem", "SweepValidationError", "validate_point", "validate_points"]
@@ -34,6 +34,7 @@ def _composed_checks(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
     problems += kit_checks.check_files(spec, cfg)
     problems += kit_checks.check_lengths(spec, cfg)
     problems += kit_checks.check_fused_kernels(spec, cfg)
+    problems += data_steps.check_data_steps(spec, cfg)
     problems += model_checks.check_model(spec, cfg, kit_checks.download_hint(spec))
     problems += kit_checks.check_cluster(spec)
     problems += kit_checks.check_runtime(spec)

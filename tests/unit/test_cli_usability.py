@@ -65,3 +65,44 @@ def test_curves_without_a_reward_line_draw_no_legend_and_warn_nothing(tmp_path):
         path = plot_curves(SweepReport(sweep=sweep, table=table, curves=curves), tmp_path / "curves.png")
     assert path.stat().st_size > 0
     plt.close("all")
+
+
+def _status_text(folder: Path, width: int | None) -> str:
+    import io
+
+    from rich.console import Console
+
+    from grpokit.reports.status_table import collect_rows, render_table
+    from grpokit.run_folder.sweep import load_sweep
+
+    sweep = load_sweep(folder)
+    rows = collect_rows(sweep)
+    for r, state in zip(rows, ["skipped_no_gpu", "running", "failed", "not submitted"], strict=True):
+        r.state, r.job_id, r.step, r.target_step = state, f"123456_{r.index}", 12, 200
+        r.reason = "trainer exited 1: CUDA out of memory in actor update at /home/x/verl/workers/fsdp.py:123 " * 2
+    buf = io.StringIO()
+    # width None is the piped console of `grpokit status` (PIPED_WIDTH, nothing cut).
+    Console(file=buf, width=width or 100_000, color_system=None).print(render_table(sweep, rows, width))
+    return buf.getvalue()
+
+
+def test_status_table_keeps_point_state_step_and_job_whole_at_80_120_200_and_piped(tmp_path):
+    folder = make_sweep(tmp_path / "sw", 4)
+    names = [f"{i:03d}_train_batch_size-{8 * (i + 1)}_lr-1e-06" for i in range(4)]
+    for width in (80, 120, 200, None):
+        text = _status_text(folder, width)
+        lines = text.splitlines()
+        if width is not None:
+            assert max(len(line) for line in lines) <= width, (width, text)
+        header = next(line for line in lines if "point " in line).replace("┃", " ").split()
+        assert {"point", "job", "state", "step", "reason"} <= set(header), (width, header)  # no 'po…'
+
+        states = ["skipped_no_gpu", "running", "failed", "not submitted"]
+        for i, (name, state) in enumerate(zip(names, states, strict=True)):
+            row = next(line for line in lines if name in line)  # the name whole, on one line
+            assert state in row and f"123456_{i}" in row and "12/200" in row, (width, row)
+            if width is None:
+                assert row.rstrip(" │").endswith("fsdp.py:123"), row  # piped: the reason whole too
+            else:
+                assert "…" in row  # the reason cut with an ellipsis
+    assert "progress" not in _status_text(folder, 80) and "progress" in _status_text(folder, 200)

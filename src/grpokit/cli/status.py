@@ -8,7 +8,9 @@ and is shown skipped_no_gpu, not completed); the reason is the first line of sta
 attempts, step, target_step, last_reward, val_acc, elapsed_s, eta_s (null when unknown).
 Each row has a progress bar (steps done / target) and, for a running point, its ETA: the steps left
 times the median of verl's measured ``timing_s/step`` over its last 5 steps. --watch redraws the
-table in place every SECONDS.
+table in place every SECONDS. In a terminal, point, job, state and step are never cut, the reason
+takes what is left (cut with an ellipsis) and low-value columns (swept values, progress bar, ...)
+are left out when narrow; piped (not a terminal), every column and value is printed whole.
 """
 
 from __future__ import annotations
@@ -28,10 +30,13 @@ from grpokit.run_folder.sweep import load_sweep
 
 log = logging.getLogger(__name__)
 
+PIPED_WIDTH = 100_000  # columns of the console when stdout is not a terminal: nothing is cut
 
-def build(sweep_dir: Path):
+
+def build(sweep_dir: Path, width: int | None = None):
+    """The table for a terminal of ``width`` columns; None: not a terminal, every value whole."""
     sweep = load_sweep(sweep_dir)
-    return render_table(sweep, collect_rows(sweep))
+    return render_table(sweep, collect_rows(sweep), width)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,13 +55,18 @@ def main(argv: list[str] | None = None) -> int:
         "--width",
         type=int,
         default=None,
-        help="console width (default: the terminal's; 200 when the output is not a terminal)",
+        help="console width (default: the terminal's; when the output is not a terminal, every value whole)",
     )
     parser.add_argument("--json", action="store_true", help="print the rows as a JSON list instead of a table")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    width = args.width or (None if sys.stdout.isatty() else 200)
-    console = Console(width=width)
+    piped = args.width is None and not sys.stdout.isatty()
+    # Piped: a console wide enough for any row (rich prints only the table's own width).
+    console = Console(width=PIPED_WIDTH if piped else args.width)
+
+    def table_width() -> int | None:  # read again at each redraw: the terminal may be resized
+        return None if piped else console.width
+
     if args.json:
         try:
             rows = collect_rows(load_sweep(args.sweep_dir))
@@ -66,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps([row_json(r) for r in rows], indent=2, default=str))
         return 0
     try:
-        table = build(args.sweep_dir)
+        table = build(args.sweep_dir, table_width())
     except (FileNotFoundError, ValueError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2
@@ -77,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         with Live(table, console=console, refresh_per_second=1, screen=False) as live:
             while True:
                 time.sleep(args.watch)
-                live.update(build(args.sweep_dir))
+                live.update(build(args.sweep_dir, table_width()))
     except KeyboardInterrupt:
         return 0
 

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from rich import box
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
@@ -172,45 +173,80 @@ def _num(v: float, fmt: str = "{:.3f}") -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt.format(v)
 
 
-def render_table(sweep: Sweep, rows: list[StatusRow]) -> Table:
-    """A rich Table: #, name, swept values, job, state, attempts, step/target, progress bar,
-    last reward, val acc, elapsed, reason (its first line, cut to the column)."""
-    table = Table(title=f"sweep {sweep.name} ({len(rows)} points)", expand=False)
-    table.add_column("#", justify="right")
-    table.add_column("point")
-    for key in sweep.swept_keys:
-        table.add_column(key.split(".")[-1], justify="right", overflow="fold")
-    for col in ("job", "state", "att"):
-        table.add_column(col)
-    table.add_column("step", justify="right")
-    table.add_column("progress", width=22)
-    table.add_column("reward", justify="right")
-    table.add_column("val acc", justify="right")
-    table.add_column("elapsed", justify="right")
-    table.add_column("ETA", justify="right")
+#: Columns dropped first when the terminal is narrow (the swept values are in the point's name,
+#: the progress bar repeats step/target). point, job, state, step and reason are always shown.
+DROP_ORDER = ("swept", "progress", "att", "#", "ETA", "reward", "elapsed", "val acc", "chain")
+REASON_MIN = 12  # the reason column's narrowest useful width (cut with an ellipsis)
+
+
+def render_table(sweep: Sweep, rows: list[StatusRow], width: int | None = None) -> Table:
+    """A rich Table: #, point, swept values, job, state, attempts, step/target, progress bar,
+    last reward, val acc, elapsed, ETA, (chain), reason (its first line).
+
+    width: the terminal's columns. point, job, state and step never shrink or wrap; reason takes
+    what is left (at least 12 columns, at most 60) and is cut with an ellipsis; the columns of
+    :data:`DROP_ORDER` are left out, in that order, until the table fits. None (output not a
+    terminal): every column, every value whole (the reason too)."""
     chained = any("chain" in r.extra for r in rows)  # after=[merge,eval]: the chained job's state
+    cols: list[tuple[str, str, dict, list]] = [  # (drop group, header, column options, cells)
+        ("#", "#", {"justify": "right"}, [str(r.index) for r in rows]),
+        ("", "point", {}, [r.name for r in rows]),
+        *[
+            ("swept", key.split(".")[-1], {"justify": "right"}, [str(r.swept.get(key, "")) for r in rows])
+            for key in sweep.swept_keys
+        ],
+        ("", "job", {}, [r.job_id or "-" for r in rows]),
+        ("", "state", {}, [Text(r.state, style=STATE_STYLE.get(r.state, "")) for r in rows]),
+        ("att", "att", {}, [str(r.attempts) for r in rows]),
+        (
+            "",
+            "step",
+            {"justify": "right"},
+            [f"{r.step if r.step is not None else '-'}/{r.target_step if r.target_step else '?'}" for r in rows],
+        ),
+        ("progress", "progress", {}, [ProgressBar(total=1.0, completed=r.fraction, width=20) for r in rows]),
+        ("reward", "reward", {"justify": "right"}, [_num(r.last_reward) for r in rows]),
+        ("val acc", "val acc", {"justify": "right"}, [_num(r.val_acc) for r in rows]),
+        ("elapsed", "elapsed", {"justify": "right"}, [format_duration(r.elapsed_s) for r in rows]),
+        ("ETA", "ETA", {"justify": "right"}, [format_duration(r.eta_s) for r in rows]),
+    ]
     if chained:
-        table.add_column("chain")
-    table.add_column("reason", max_width=60, overflow="ellipsis", no_wrap=True)
-    for r in rows:
-        table.add_row(
-            str(r.index),
-            r.name,
-            *[str(r.swept.get(k, "")) for k in sweep.swept_keys],
-            r.job_id or "-",
-            Text(r.state, style=STATE_STYLE.get(r.state, "")),
-            str(r.attempts),
-            f"{r.step if r.step is not None else '-'}/{r.target_step if r.target_step else '?'}",
-            ProgressBar(total=1.0, completed=r.fraction, width=20),
-            _num(r.last_reward),
-            _num(r.val_acc),
-            format_duration(r.elapsed_s),
-            format_duration(r.eta_s),
-            *(
-                [Text(r.extra.get("chain") or "-", style=STATE_STYLE.get(r.extra.get("chain") or "", ""))]
-                if chained
-                else []
-            ),
-            r.reason or "",
-        )
+        chain_cells = [
+            Text(r.extra.get("chain") or "-", style=STATE_STYLE.get(r.extra.get("chain") or "", "")) for r in rows
+        ]
+        cols.append(("chain", "chain", {}, chain_cells))
+
+    def fixed(col) -> int:  # a column's width: its header or its longest value
+        return 20 if col[0] == "progress" else max([len(col[1])] + [len(str(c)) for c in col[3]])
+
+    # Each column costs its width + ``per`` (padding, rules), the table ``edge`` more. The ruled
+    # box first; when even the five kept columns do not fit, a plain one (no rules, no outer padding).
+    styles = [(box.HEAVY_HEAD, 3, 1), (None, 2, -2)]
+    chosen, kept = styles[0], cols
+    if width is not None:
+        for style in styles:
+            chosen, kept = style, cols
+            for group in ("", *DROP_ORDER):
+                kept = [c for c in kept if c[0] != group] if group else kept
+                if sum(fixed(c) + style[1] for c in kept) + style[2] + REASON_MIN + style[1] <= width:
+                    break
+            else:
+                continue
+            break
+    cols = kept
+    table_box, per, edge = chosen
+    table = Table(
+        title=f"sweep {sweep.name} ({len(rows)} points)", expand=False, box=table_box, pad_edge=table_box is not None
+    )
+    for _, header, options, _cells in cols:
+        # A set width: rich shrinks only the reason column (no set width) to fit the terminal.
+        table.add_column(header, no_wrap=True, width=fixed((_, header, options, _cells)), **options)
+    if width is not None:
+        left = width - sum(fixed(c) + per for c in cols) - edge - per
+        table.add_column("reason", min_width=REASON_MIN, max_width=max(REASON_MIN, min(60, left)))
+    else:
+        table.add_column("reason", no_wrap=True)
+    reasons = [Text((r.reason or "").split("\n")[0], no_wrap=True, overflow="ellipsis") for r in rows]
+    for i, reason in enumerate(reasons):
+        table.add_row(*[c[3][i] for c in cols], reason)
     return table

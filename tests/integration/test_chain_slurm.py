@@ -58,19 +58,22 @@ def _wait_chain(sweep_dir: Path, timeout: float) -> dict:
 
 
 @pytest.mark.timeout(1200)  # 3 points then 2 chained jobs (a real merge each) on a loaded 2-core host
-def test_after_merge_eval_runs_after_points_and_fails_truthfully(kit, slurm, kit_overrides, gsm8k_dir, tmp_path):
+def test_after_merge_eval_runs_after_points_fails_truthfully_and_follows_a_resubmission(
+    kit, slurm, kit_overrides, gsm8k_dir, tmp_path
+):
     name = "chain"
     _answers(gsm8k_dir, tmp_path)
     template = ["python", str(CHAT_DOUBLE), "--port", "{port}", "--served-model-name", "{name}"]
     template += ["--answers", f"{tmp_path}/{{name}}.json"]
+    env = {"FAKE_TRAINER_STEP_S": "0.2", "FAKE_TRAINER_REAL_WEIGHTS": "1"}
     out = kit.run(
         "sweep.py",
         [
             "-m",
             *kit.slurm_cluster,
             *kit_overrides,
-            # the third point's trainer exits 3 at step 3 (99 and 98: beyond the 4 steps, no failure)
-            "++runtime.env.FAKE_TRAINER_FAIL_AT=99,98,3",
+            # the third point's trainer exits 3 at step 3 of its first run (the other values do nothing)
+            "++runtime.env.FAKE_TRAINER_PROFILE=none-a,none-b,fail-once",
             # a crash is final at once (no automatic retry after 60 s): the test is about the chain
             "runtime.max_retries=0",
             "after=[merge,eval]",
@@ -84,7 +87,7 @@ def test_after_merge_eval_runs_after_points_and_fails_truthfully(kit, slurm, kit
             "chain.server_command=[" + ",".join(f"'{t}'" for t in template) + "]",
             f"sweep_name={name}",
         ],
-        env={"FAKE_TRAINER_STEP_S": "0.2", "FAKE_TRAINER_REAL_WEIGHTS": "1"},
+        env=env,
         timeout=300,
     )
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
@@ -127,3 +130,65 @@ def test_after_merge_eval_runs_after_points_and_fails_truthfully(kit, slurm, kit
     assert list(table["chain"]) == ["completed", "completed", "cancelled"]
     assert list(table["trained_acc"][:2]) == [1.0, 1.0] and table["acc_delta"][0] == pytest.approx(2 / 3)
     assert table["chain_reason"][2].startswith("never ran: point failed (afterok:")
+    st = kit.run("status.py", [str(sweep_dir), "--json"], timeout=300)
+    rows = json.loads(st.stdout)
+    rows = rows["points"] if isinstance(rows, dict) else rows
+    assert [r["chain"] for r in rows] == ["completed", "completed", "cancelled"], st.stdout[-2000:]
+
+    # resubmit.py: the failed point gets a new task and a new chained job after it (the old one in history)
+    old_chain = chain["points"][bad["name"]]["job_id"]
+    # the resubmitted job takes the submitting shell's environment, as the sweep's did (sbatch --export=ALL)
+    again = kit.run("resubmit.py", [str(sweep_dir)], env=env, timeout=300)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    chain = json.loads((sweep_dir / "chain.json").read_text())
+    new = kit.manifest(sweep_dir)["points"][2]
+    rec = chain["points"][bad["name"]]
+    assert rec["after"] == new["job_id"] != bad["job_id"] and rec["history"][0]["job_id"] == old_chain
+    kit.wait_final([Path(bad["run_dir"])], timeout=600, states={"completed"})
+    _wait_chain(sweep_dir, timeout=600)
+    record = json.loads((Path(bad["run_dir"]) / "chain_status.json").read_text())
+    assert record["state"] == "completed" and record["job_id"] == rec["job_id"], record
+    rep = kit.run("report.py", [str(sweep_dir), "--out", str(tmp_path / "report2")], timeout=300)
+    table = pd.read_csv(tmp_path / "report2" / "report.csv")
+    assert list(table["chain"]) == ["completed"] * 3 and table["trained_acc"][2] == 1.0
+
+
+@pytest.mark.timeout(300)
+def test_afterok_on_a_task_follows_its_last_attempt_after_a_requeue(slurm, tmp_path):
+    """The Slurm fact the chain relies on: a requeued array task keeps its id, and a job
+    ``afterok`` on it (submitted as the chain submits, grpokit.submit.dependent) starts only after
+    the task's last attempt completed, not when the first one was requeued."""
+    from grpokit.config.schema import ClusterConf
+    from grpokit.submit.chain import ChainJob
+    from grpokit.submit.dependent import submit_dependent
+
+    trace = tmp_path / "trace.txt"
+    body = (
+        f'if [ "${{SLURM_RESTART_COUNT:-0}}" = 0 ]; then echo first >> {trace}; '
+        "scontrol requeue ${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}; sleep 60; "
+        f"else sleep 3; echo last >> {trace}; fi"
+    )
+    out = subprocess.run(
+        ["sbatch", "--parsable", "--requeue", "--array=0", "-c", "1", "--mem=100M", "-J", "chain-requeue"]
+        + ["-o", str(tmp_path / "task_%A_%a.out"), "--wrap", body],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    task = f"{out.stdout.strip().split(';')[0]}_0"
+    chained = submit_dependent(
+        tmp_path,
+        ChainJob(),
+        ["sh", "-c", f"echo chained >> {trace}"],
+        cluster=ClusterConf(),
+        name="chain-requeue-after",
+        dependency=f"afterok:{task}",
+        timeout_min=2,
+    )
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        lines = trace.read_text().split() if trace.exists() else []
+        if "chained" in lines or _slurm_state(chained).startswith(("CANCELLED", "FAILED")):
+            break
+        time.sleep(2)
+    assert trace.read_text().split() == ["first", "last", "chained"], (_slurm_state(task), _slurm_state(chained))

@@ -5,8 +5,11 @@ env.json's trainer variables, and plots without labelled lines."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 GRPOKIT = [str(REPO / ".venv" / "bin" / "grpokit")]
@@ -106,3 +109,32 @@ def test_status_table_keeps_point_state_step_and_job_whole_at_80_120_200_and_pip
             else:
                 assert "…" in row  # the reason cut with an ellipsis
     assert "progress" not in _status_text(folder, 80) and "progress" in _status_text(folder, 200)
+
+
+def test_a_sweep_named_by_its_name_is_found_under_the_projects_logs(tmp_path, monkeypatch):
+    from grpokit.run_folder.locate import SweepNotFound, resolve_sweep
+
+    monkeypatch.setenv("GRPOKIT_HOME", str(tmp_path))  # the project folder holding logs/
+    folder = make_sweep(tmp_path / "logs" / "lr_sweep", 2)
+    make_sweep(tmp_path / "logs" / "gsm8k_grpo" / "sweep-1", 1)
+    assert resolve_sweep("lr_sweep") == folder and resolve_sweep(str(folder)) == folder
+    assert resolve_sweep("lr_sweep/001_train_batch_size-16_lr-1e-06") == folder / "001_train_batch_size-16_lr-1e-06"
+    env = {**os.environ, "GRPOKIT_HOME": str(tmp_path)}
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    ok = subprocess.run([*GRPOKIT, "status", "lr_sweep", "--json"], env=env, cwd=cwd, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert [r["name"] for r in json.loads(ok.stdout)] == [
+        p["name"] for p in json.loads(folder.joinpath("manifest.json").read_text())["points"]
+    ]
+    for command in (
+        ["status", "lr_swep"],
+        ["report", "lr_swep"],
+        ["cancel", "lr_swep", "--dry-run"],
+        ["logs", "lr_swep", "0"],
+    ):
+        bad = subprocess.run([*GRPOKIT, *command], env=env, cwd=cwd, capture_output=True, text=True)
+        assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
+        assert "no sweep folder 'lr_swep'" in bad.stderr and "nearest: lr_sweep" in bad.stderr, bad.stderr
+    with pytest.raises(SweepNotFound, match="nearest: gsm8k_grpo/sweep-1, lr_sweep$"):
+        resolve_sweep("nothing_like_it")  # no close name: the latest sweeps are listed

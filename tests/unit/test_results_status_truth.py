@@ -213,5 +213,8 @@ def test_status_json_output(sweep, slurm, capsys):
 
 def test_status_json_on_a_missing_folder(tmp_path, capsys):
     status = load_cli("status")
-    assert status.main([str(tmp_path / "nope"), "--json"]) == 2
+    assert status.main([str(tmp_path), "--json"]) == 2  # a folder, but not a sweep's
     assert "manifest.json not found" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit:  # neither a folder nor a sweep's name: argparse's error
+        status.main([str(tmp_path / "nope"), "--json"])
+    assert exit.value.code == 2 and "no sweep folder" in capsys.readouterr().err

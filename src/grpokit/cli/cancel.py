@@ -22,6 +22,7 @@ from pathlib import Path
 
 from grpokit.run_folder import RunFolder, now, read_status, write_json_atomic
 from grpokit.run_folder.claim import folder_state, open_existing
+from grpokit.run_folder.locate import sweep_folder_arg
 from grpokit.run_folder.point_state import point_state
 from grpokit.run_folder.sweep import load_sweep
 from grpokit.slurm.cancel import scancel
@@ -109,7 +110,7 @@ def cancel(sweep_dir: Path, wanted: list[str], dry_run: bool = False, out=sys.st
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sweep_dir", type=Path, help="sweep folder, logs/<sweep_name>")
+    parser.add_argument("sweep_dir", type=sweep_folder_arg, help="sweep folder (logs/<sweep_name>) or the sweep's name")
     parser.add_argument("points", nargs="*", help="points by index, name or NNN prefix (default: all)")
     parser.add_argument("--dry-run", action="store_true", help="say what would be cancelled; cancel nothing")
     args = parser.parse_args(argv)

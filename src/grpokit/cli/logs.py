@@ -19,6 +19,7 @@ from collections import deque
 from pathlib import Path
 
 from grpokit.run_folder import FINAL_STATES, AttemptFolder, RunFolder, SweepFolder
+from grpokit.run_folder.locate import sweep_folder_arg
 from grpokit.run_folder.metrics import attempt_dirs
 from grpokit.run_folder.status import read_status
 
@@ -140,7 +141,9 @@ def follow(run_dir: Path, only: tuple[str, ...], n: int, interval_s: float = 0.5
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("where", type=Path, help="a run folder, or a sweep folder followed by a point")
+    parser.add_argument(
+        "where", type=sweep_folder_arg, help="a run folder, or a sweep folder (or a sweep's name) followed by a point"
+    )
     parser.add_argument("point", nargs="?", default=None, help="with a sweep folder: the point's index or name")
     parser.add_argument("-f", "--follow", action="store_true", help="follow the logs until the point is final")
     parser.add_argument("-n", "--lines", type=int, default=40, help="lines of each log shown first (default 40)")

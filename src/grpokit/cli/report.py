@@ -14,6 +14,7 @@ from pathlib import Path
 
 from grpokit.reports.plots import plot_curves, plot_heatmap
 from grpokit.reports.report_table import collect_report, tensorboard_command, write_tables
+from grpokit.run_folder.locate import sweep_folder_arg
 from grpokit.run_folder.sweep import load_sweep
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ def run(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sweep_dir", type=Path, help="sweep folder, logs/<sweep_name>")
+    parser.add_argument("sweep_dir", type=sweep_folder_arg, help="sweep folder (logs/<sweep_name>) or the sweep's name")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default <sweep>/report)")
     parser.add_argument(
         "--heatmap",

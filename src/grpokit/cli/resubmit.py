@@ -14,15 +14,15 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from pathlib import Path
 
+from grpokit.run_folder.locate import sweep_folder_arg
 from grpokit.submit.resubmit import DEFAULT_STATES, resubmit, select
 
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sweep_dir", type=Path)
+    parser.add_argument("sweep_dir", type=sweep_folder_arg, help="sweep folder (logs/<sweep_name>) or the sweep's name")
     parser.add_argument(
         "--states",
         default=",".join(DEFAULT_STATES),

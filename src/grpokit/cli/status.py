@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.live import Live
 
 from grpokit.reports.status_table import collect_rows, render_table, row_json
+from grpokit.run_folder.locate import sweep_folder_arg
 from grpokit.run_folder.sweep import load_sweep
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ def build(sweep_dir: Path, width: int | None = None):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sweep_dir", type=Path, help="sweep folder, logs/<sweep_name>")
+    parser.add_argument("sweep_dir", type=sweep_folder_arg, help="sweep folder (logs/<sweep_name>) or the sweep's name")
     parser.add_argument(
         "--watch",
         nargs="?",

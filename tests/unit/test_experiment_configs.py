@@ -205,7 +205,7 @@ def test_memalpha_full_asks_for_two_gpus_itself(tiny_model_dir, memalpha_dir, tm
         ],
         tmp_path,
     )
-    assert spec.cluster["gpus_per_node"] == 2
+    assert spec.cluster.gpus_per_node == 2
     assert verl_cfg(spec)[1] == []
 
 
@@ -278,5 +278,5 @@ def test_tool_memory_with_a_model_length_below_prompt_plus_response_is_refused(
 
 def test_tool_memory_asks_for_two_gpus_itself(tiny_model_dir, tool_memory_dir, tmp_path):
     spec, _ = point([*tool_overrides(tiny_model_dir, tool_memory_dir), "cluster=slurm"], tmp_path)
-    assert spec.cluster["gpus_per_node"] == 2
+    assert spec.cluster.gpus_per_node == 2
     assert spec.verl_value("trainer.n_gpus_per_node") == "2"

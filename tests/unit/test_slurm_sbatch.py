@@ -16,6 +16,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from grpokit.config.compose import compose_kit
+from grpokit.config.schema import ClusterConf
 from grpokit.slurm import sbatch
 from grpokit.slurm.executor import executor_parameters, make_executor, signal_option
 from grpokit.slurm.times import parse_time_min
@@ -30,9 +31,9 @@ def _composed(overrides: tuple[str, ...]) -> dict:
     return OmegaConf.to_container(compose_kit(list(overrides)).cluster, resolve=True)
 
 
-def cluster_of(*overrides: str) -> dict:
+def cluster_of(*overrides: str) -> ClusterConf:
     """The ``cluster`` section a point gets, composed as the sweep composes it (a copy)."""
-    return copy.deepcopy(_composed(overrides))
+    return ClusterConf.of(copy.deepcopy(_composed(overrides)))
 
 
 def test_the_batch_script_of_a_fixed_point_is_the_golden_file():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 
+from grpokit.config.schema import ClusterConf
 from grpokit.submit import snapshot
 
 
@@ -113,6 +114,6 @@ def test_the_halving_controller_runs_the_snapshot_too(tmp_path, monkeypatch):
         return Job()
 
     monkeypatch.setattr(submitit.SlurmExecutor, "submit", fake_submit)
-    halving.submit_controller(sweep, {"partition": "gpu", "setup": ["echo site"]}, ["7"], 0)
+    halving.submit_controller(sweep, ClusterConf(partition="gpu", setup=["echo site"]), ["7"], 0)
     assert seen["setup"][0] == "echo site"
     assert seen["setup"][-1] == f'export PYTHONPATH={sweep}/code/src"${{PYTHONPATH:+:$PYTHONPATH}}"'

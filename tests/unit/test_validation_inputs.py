@@ -102,7 +102,7 @@ def test_arrays_per_request_share_the_parallelism_and_the_dry_run_shows_them(bar
 
     specs = [spec(0, 1), spec(1, 2), spec(2, 1), spec(3, 1)]  # cluster.mem_gb=1,2,1,1 swept
     arrays = array_requests(specs, max_size=2)
-    assert [(m, c["mem_gb"], c["array_parallelism"]) for m, c in arrays] == [([0, 2], 1, 2), ([3], 1, 2), ([1], 2, 4)]
+    assert [(m, c.mem_gb, c.array_parallelism) for m, c in arrays] == [([0, 2], 1, 2), ([3], 1, 2), ([1], 2, 4)]
     text = "\n".join(dry_run_section(specs, max_size=2))
     # a request of one point is one job (submitit submits a map_array of one as a plain job)
     assert text.startswith("## Slurm request (3 arrays)") and text.count("#SBATCH --array=") == 1

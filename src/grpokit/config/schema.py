@@ -20,8 +20,8 @@ Checks that relate fields (the warning signal's lead against the time limit, ...
 :meth:`ClusterConf.problems` / :meth:`RuntimeConf.problems`, one :class:`~grpokit.validate.problems.Problem`
 each, run for every point before anything is submitted.
 
-The sections also read as read-only mappings (``spec.cluster["nodes"]``, ``.get``) for code
-written against the earlier dict form; new code reads the attributes.
+``cluster`` and ``runtime`` are read by attribute only (``spec.cluster.nodes``); a mapping (a
+point.json, a test) becomes one through :meth:`ClusterConf.of` / :meth:`RuntimeConf.of`.
 """
 
 from __future__ import annotations
@@ -70,19 +70,8 @@ _CLUSTER_MINIMUM = {
 MIN_SIGNAL_GAP_S = 60
 
 
-class _Section(Mapping):
-    """Read-only mapping view of a settings dataclass (``section["key"]``, ``.get``, ``dict(section)``)."""
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in self._names():
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names())
-
-    def __len__(self) -> int:
-        return len(self._names())
+class _Section:
+    """A settings dataclass: its field names and its construction from a mapping (:meth:`of`)."""
 
     @classmethod
     def _names(cls) -> tuple[str, ...]:
@@ -103,6 +92,21 @@ class _Section(Mapping):
         if unknown:
             raise ValueError(f"{cls._section}.{unknown[0]}: no such key; {_did_you_mean(cls, unknown[0])}")
         return cls(**data)
+
+
+class _MappingSection(_Section, Mapping):
+    """A section that also reads as a read-only mapping (``section["key"]``, ``.get``, ``dict(section)``)."""
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._names():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
 
 
 def _plain(value: Any) -> dict[str, Any]:
@@ -381,7 +385,7 @@ class RuntimeConf(_Section):
 
 
 @dataclasses.dataclass(kw_only=True)
-class SidecarConf(_Section):
+class SidecarConf(_MappingSection):
     """``sidecars.<name>``: one server the job starts next to the trainer (grpokit.runtime.sidecars).
 
     ``kind: vllm`` is ``vllm serve``; ``kind: memory_server`` the kit's Mem-α memory server; any
@@ -430,7 +434,7 @@ CHAIN_STEPS = ("merge", "eval")
 
 
 @dataclasses.dataclass(kw_only=True)
-class ChainConf(_Section):
+class ChainConf(_MappingSection):
     """``chain.*``: the job chained after each point by ``after=[merge,eval]`` (grpokit.submit.chain).
 
     It runs once the point's own job ended well (``--dependency=afterok``): ``merge`` turns the

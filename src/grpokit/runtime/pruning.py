@@ -79,7 +79,9 @@ class PruningRules:
         Raises:
             ValueError: one line naming ``runtime.pruning.<key>``, the value and the fix.
         """
-        section = runtime.get("pruning", {}) if isinstance(runtime, Mapping) else {}
+        from grpokit.config.schema import RuntimeConf  # the one default of each key
+
+        section = RuntimeConf.of(runtime).pruning
         if section is None:
             return None
         if not isinstance(section, Mapping):
@@ -326,7 +328,9 @@ def start_watch(
         (Path(ctl) / VERDICT_FILE).unlink(missing_ok=True)
         return None
     log.info("pruning rules: %s", rules)
-    deadline = float(runtime.get("save_deadline_s", 900))
+    from grpokit.config.schema import RuntimeConf  # the one default of each key
+
+    deadline = float(RuntimeConf.of(runtime).save_deadline_s)
     watch = PruneWatch(
         rules,
         run_dir,

@@ -61,8 +61,8 @@ def on_outcome(
         kind=kind,
         nodes=nodes,
         earlier=earlier,
-        max_retries=int(runtime.get("max_retries", DEFAULT_MAX_RETRIES) or 0),
-        backoff_s=float(runtime.get("retry_backoff_s", DEFAULT_BACKOFF_S) or 0),
+        max_retries=int(runtime.max_retries or 0),
+        backoff_s=float(runtime.retry_backoff_s or 0),
         in_slurm=in_slurm,
         partition_nodes=partition_node_count() if in_slurm else None,
     )

@@ -76,7 +76,7 @@ def environment(spec: PointSpec) -> dict[str, str]:
     Raises:
         ValueError: ``runtime.wandb_mode`` is not one of :data:`WANDB_MODES` or null.
     """
-    mode = spec.runtime.get("wandb_mode")
+    mode = spec.runtime.wandb_mode
     if mode is not None and mode not in WANDB_MODES:
         raise ValueError(
             f"point {spec.name}: runtime.wandb_mode={mode!r} is not one of {', '.join(WANDB_MODES)} "

@@ -8,7 +8,6 @@ the keywords of submitit's batch-script renderer as they are (``job_name``, ``ti
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +42,12 @@ def signal_option(lead_s: int) -> str:
     return f"B:USR2@{int(lead_s)}"
 
 
-def executor_parameters(cluster: Mapping[str, Any], *, name: str, num_points: int) -> dict[str, Any]:
+def executor_parameters(cluster: Any, *, name: str, num_points: int) -> dict[str, Any]:
     """``submitit.SlurmExecutor.update_parameters`` keywords for one array of ``num_points`` tasks.
 
     Args:
-        cluster: a point's ``cluster`` section (``grpokit.config.schema.ClusterConf``, or its dict
-            with every key: the defaults are ClusterConf's alone).
+        cluster: a point's ``cluster`` section, read by attribute (``grpokit.config.schema.ClusterConf``:
+            the defaults are ClusterConf's alone).
         name: the job name (the sweep's name).
         num_points: tasks in the array (``array_parallelism`` is capped at it).
 
@@ -77,35 +76,35 @@ def executor_parameters(cluster: Mapping[str, Any], *, name: str, num_points: in
     passes it on, and the Ray worker step ignores it (:mod:`grpokit.runtime.ray_worker`).
     The kit's ``signal`` wins over one in ``additional_parameters``: the driver only acts on USR2.
     """
-    lead_s = int(cluster["signal_delay_s"])
+    lead_s = int(cluster.signal_delay_s)
     params: dict[str, Any] = {
         "job_name": name,
-        "partition": cluster.get("partition"),
-        "time": int(cluster["timeout_min"]),
-        "nodes": int(cluster["nodes"]),
+        "partition": cluster.partition,
+        "time": int(cluster.timeout_min),
+        "nodes": int(cluster.nodes),
         "ntasks_per_node": 1,
-        "gpus_per_node": int(cluster["gpus_per_node"]),
-        "cpus_per_task": int(cluster.get("cpus_per_task") or 1),
-        "array_parallelism": min(int(cluster["array_parallelism"]), max(num_points, 1)),
+        "gpus_per_node": int(cluster.gpus_per_node),
+        "cpus_per_task": int(cluster.cpus_per_task or 1),
+        "array_parallelism": min(int(cluster.array_parallelism), max(num_points, 1)),
         "signal_delay_s": lead_s,
-        "setup": [*BATCH_SUPERVISOR_SETUP, *(cluster.get("setup") or [])],
+        "setup": [*BATCH_SUPERVISOR_SETUP, *(cluster.setup or [])],
         "use_srun": False,
         "additional_parameters": {
             "requeue": True,
-            **(cluster["additional_parameters"] or {}),
+            **(cluster.additional_parameters or {}),
             "signal": signal_option(lead_s),
         },
         "stderr_to_stdout": True,
     }
-    if cluster.get("mem_gb"):
-        params["mem"] = f"{int(cluster['mem_gb'])}GB"  # submitit's own spelling of mem_gb
+    if cluster.mem_gb:
+        params["mem"] = f"{int(cluster.mem_gb)}GB"  # submitit's own spelling of mem_gb
     for key in ("account", "qos", "constraint"):
-        if cluster.get(key):
-            params[key] = cluster[key]
+        if getattr(cluster, key):
+            params[key] = getattr(cluster, key)
     return params
 
 
-def make_executor(folder: Path, cluster: Mapping[str, Any], *, name: str, num_points: int):
+def make_executor(folder: Path, cluster: Any, *, name: str, num_points: int):
     """A ``submitit.SlurmExecutor`` writing its files under ``folder``, with :func:`executor_parameters`."""
     import submitit
 

@@ -11,7 +11,6 @@ lines of ``dry_run.md`` and the request ``sbatch --test-only`` judges are the sa
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +57,7 @@ def options(script: str) -> dict[str, str | bool]:
     return out
 
 
-def preview(cluster: Mapping[str, Any], *, name: str, num_points: int, folder: str | Path | None = None) -> str:
+def preview(cluster: Any, *, name: str, num_points: int, folder: str | Path | None = None) -> str:
     """The ``#SBATCH`` lines submitit writes for ``num_points`` tasks (``dry_run.md``, ``sbatch
     --test-only``) into ``folder`` (its submitit folder; ``<folder>`` when None). One point is one
     job, not an array (submitit submits a ``map_array`` of one as a plain job)."""

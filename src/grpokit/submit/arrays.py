@@ -12,15 +12,16 @@ cancelled: a sweep is submitted whole or not at all.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import logging
 import re
 import shutil
 from pathlib import Path
-from typing import Any
 
 from grpokit.config.point import PointSpec
+from grpokit.config.schema import ClusterConf
 from grpokit.run_folder import write_json_atomic
 from grpokit.run_folder.layout import CHAIN, MANIFEST, POINT, SUBMISSIONS, SUBMITIT_DIR
 from grpokit.run_folder.manifest import slurm_ids
@@ -54,30 +55,29 @@ def plan_arrays(specs: list[PointSpec], max_size: int) -> list[list[int]]:
     """Positions in ``specs`` per array: grouped by identical ``cluster`` sections, then chunked."""
     groups: dict[str, list[int]] = {}
     for i, spec in enumerate(specs):
-        groups.setdefault(json.dumps(dict(spec.cluster), sort_keys=True, default=str), []).append(i)
+        groups.setdefault(json.dumps(dataclasses.asdict(spec.cluster), sort_keys=True, default=str), []).append(i)
     arrays = []
     for members in groups.values():
         arrays += [[members[j] for j in chunk] for chunk in array_chunks(len(members), max_size)]
     return arrays
 
 
-def array_requests(specs: list[PointSpec], max_size: int) -> list[tuple[list[int], dict[str, Any]]]:
+def array_requests(specs: list[PointSpec], max_size: int) -> list[tuple[list[int], ClusterConf]]:
     """Each array: its points' positions in ``specs`` and its ``cluster`` section, whose
     ``array_parallelism`` is its share of the request's (``max(1, array_parallelism // arrays)``)."""
     arrays = plan_arrays(specs, max_size)
 
     def request(members: list[int]) -> str:
-        return json.dumps(dict(specs[members[0]].cluster), sort_keys=True, default=str)
+        return json.dumps(dataclasses.asdict(specs[members[0]].cluster), sort_keys=True, default=str)
 
     counts: dict[str, int] = {}
     for members in arrays:
         counts[request(members)] = counts.get(request(members), 0) + 1
     out = []
     for members in arrays:
-        cluster: dict[str, Any] = dict(specs[members[0]].cluster)
-        share = int(cluster["array_parallelism"]) // counts[request(members)]
-        cluster["array_parallelism"] = max(1, share)
-        out.append((members, cluster))
+        cluster = specs[members[0]].cluster
+        share = int(cluster.array_parallelism) // counts[request(members)]
+        out.append((members, dataclasses.replace(cluster, array_parallelism=max(1, share))))
     return out
 
 

@@ -8,10 +8,11 @@ left pending forever with reason ``DependencyNeverSatisfied``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from grpokit.config.schema import ClusterConf
 from grpokit.run_folder.layout import SweepFolder
 from grpokit.submit import snapshot
 
@@ -19,7 +20,7 @@ from grpokit.submit import snapshot
 def dependent_executor(
     sweep_dir: Path,
     *,
-    cluster: Mapping,
+    cluster: ClusterConf,
     name: str,
     dependency: str,
     timeout_min: int,
@@ -46,12 +47,12 @@ def dependent_executor(
     executor = submitit.SlurmExecutor(folder=str(SweepFolder(sweep_dir).submitit))
     params: dict[str, Any] = {
         "job_name": name,
-        "partition": partition or cluster.get("partition"),
+        "partition": partition or cluster.partition,
         "time": int(timeout_min),
         "nodes": 1,
         "ntasks_per_node": 1,
         "cpus_per_task": int(cpus_per_task),
-        "setup": list(cluster.get("setup") or []),
+        "setup": list(cluster.setup or []),
         "additional_parameters": {"dependency": dependency, "kill-on-invalid-dep": "yes"},
     }
     if gpus_per_node:
@@ -59,8 +60,8 @@ def dependent_executor(
     if mem:
         params["mem"] = mem
     for key in ("account", "qos"):
-        if cluster.get(key):
-            params[key] = cluster[key]
+        if getattr(cluster, key):
+            params[key] = getattr(cluster, key)
     executor.update_parameters(**params)
     snapshot.use(executor, Path(sweep_dir))  # the job runs the sweep's frozen code, as its points do
     return executor

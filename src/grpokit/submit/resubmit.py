@@ -116,7 +116,7 @@ def submit_again(
     sweep_dir = claim.path
     for spec in specs:
         resubmission.request(Path(spec.run_dir))
-    if specs[0].cluster.get("kind") == "slurm":
+    if specs[0].cluster.kind == "slurm":
         job_ids: list[str | None] = list(submit_slurm(sweep_dir, specs, specs[0].cluster))
     else:
         job_ids = [None] * len(specs)

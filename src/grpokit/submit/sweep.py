@@ -301,9 +301,9 @@ def launch_sweep(
         print(str(exc), file=sys.stderr)
         raise SystemExit(2) from None
     log.info("validated %d point(s) in %.1f s", len(specs), time.monotonic() - started)
-    cluster = specs[0].cluster  # typed: grpokit.config.schema.ClusterConf (reads as a mapping too)
+    cluster = specs[0].cluster  # typed: grpokit.config.schema.ClusterConf
     keys = swept_keys(job_overrides)
-    meta = {"experiment": str(first.experiment.name), "cluster": str(cluster.get("kind")), "swept_keys": keys}
+    meta = {"experiment": str(first.experiment.name), "cluster": str(cluster.kind), "swept_keys": keys}
 
     def rebuild(name: str) -> list[PointSpec]:
         log.info("sweep folder %s was taken; this sweep is %s", opts["name"], name)
@@ -323,7 +323,7 @@ def launch_sweep(
         chain.record_plan(claim.path, chained)  # before submission: submit_slurm chains each point
         if claim.resumed:
             return resume_sweep(claim, specs, cluster, wait=opts["wait"])
-        if cluster.get("kind") == "slurm" and not first.get("use_live_code", False):
+        if cluster.kind == "slurm" and not first.get("use_live_code", False):
             snapshot.take(claim.path)  # the code every attempt of every point runs (grpokit.submit.snapshot)
         returns = submit_new(claim, specs, cluster, meta, wait=opts["wait"])
         if plan is not None:
@@ -385,7 +385,7 @@ def submit_new(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], me
     # The manifest exists before the jobs do: a sweep command killed mid-submission leaves its
     # points (and run folders) findable; the Slurm ids are filled in right after.
     write_manifest(sweep_dir, specs, [None] * len(specs), **meta)
-    if cluster.get("kind") == "slurm":
+    if cluster.kind == "slurm":
         before = attempt_counts(specs)
         # a refused submission leaves nothing queued and, when nothing was, no folder (submit_slurm)
         job_ids = submit_slurm(sweep_dir, specs, cluster)
@@ -424,7 +424,7 @@ def resume_sweep(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], 
     job_ids, _ = submit_again(claim, todo, chosen, how="resume")
     claim.release()
     what = ", ".join(f"{s.name} ({chosen[s.index]})" for s in todo)
-    if cluster.get("kind") != "slurm":
+    if cluster.kind != "slurm":
         codes = run_local(todo)
         print(f"resume: ran {len(todo)} point(s) here: {what}; left alone: {left}")
         _exit_if_failed_here(todo, codes)

@@ -142,7 +142,7 @@ def check_runtime(spec: PointSpec) -> list[Problem]:
     except ValueError as exc:
         key, _, what = str(exc).partition(" ")
         problems.append(Problem(spec.name, key.rstrip(":"), what, "see runtime.pruning in configs/config.yaml"))
-    mode = runtime.get("wandb_mode")
+    mode = runtime.wandb_mode
     if mode is not None and mode not in WANDB_MODES:
         problems.append(
             Problem(

@@ -37,8 +37,11 @@ def _request(cluster: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def check_facts(cluster: dict[str, Any], facts: SlurmFacts, point: str = "all points") -> list[Problem]:
-    """The request (``cluster.*``) against the partition's limits and its largest nodes."""
+def check_facts(
+    cluster: ClusterConf | Mapping[str, Any], facts: SlurmFacts, point: str = "all points"
+) -> list[Problem]:
+    """The request (``cluster.*``, a section or its mapping) against the partition's limits and its largest nodes."""
+    cluster = ClusterConf.of(cluster)
     req = _request(cluster)
     name = req["partition"]
     if not name:
@@ -70,7 +73,7 @@ def check_facts(cluster: dict[str, Any], facts: SlurmFacts, point: str = "all po
             Problem(
                 point,
                 "cluster.mem_gb",
-                f"{cluster['mem_gb']} GB per node is more than any node of {where} has ({max_mem} MB)",
+                f"{cluster.mem_gb} GB per node is more than any node of {where} has ({max_mem} MB)",
                 f"set cluster.mem_gb<={max_mem // 1024}" if max_mem >= 1024 else "set cluster.mem_gb=null",
             )
         )
@@ -152,7 +155,8 @@ def check_request(
         num_points: the sweep's size (split into arrays of at most ``MaxArraySize``).
         facts: the cluster's facts (queried when None).
     """
-    if cluster.get("kind") != "slurm":
+    cluster = ClusterConf.of(cluster)
+    if cluster.kind != "slurm":
         return []
     if facts is None:
         try:
@@ -166,7 +170,7 @@ def check_request(
     if problems or not shutil.which("sbatch"):
         return problems
     chunk = min(num_points, facts.max_array_size)
-    parallelism = int(cluster.get("array_parallelism") or chunk)
+    parallelism = int(cluster.array_parallelism or chunk)
     refusal = sbatch_test_only(
         sbatch.preview(cluster, name=name, num_points=chunk), num_tasks=chunk, parallelism=parallelism
     )

@@ -60,7 +60,7 @@ class ChainPlan:
     settings: ChainConf
 
     def to_json(self) -> dict[str, Any]:
-        return {"after": list(self.steps), "settings": dict(self.settings)}
+        return {"after": list(self.steps), "settings": dataclasses.asdict(self.settings)}
 
 
 def plan_of(

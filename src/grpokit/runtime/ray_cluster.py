@@ -324,7 +324,11 @@ def start_cluster_once(
     """
     host = "127.0.0.1" if len(nodes) <= 1 else (multi_node_host or "127.0.0.1")
     temp_dir = short_temp_dir()
-    node_ports, block = reserve_node_ports(host, worker_ports)
+    try:
+        node_ports, block = reserve_node_ports(host, worker_ports)
+    except RuntimeError as exc:  # the node's ports are taken (many jobs): a node problem, like a failed start
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        raise RayStartError(f"Ray head did not start on {nodes[0] if nodes else host}: {exc}") from None
     store_args = [f"--object-store-memory={object_store_bytes}"] if object_store_bytes else []
     address = f"{host}:{node_ports['gcs']}"
     head_cmd = [

@@ -138,3 +138,31 @@ def test_a_sweep_named_by_its_name_is_found_under_the_projects_logs(tmp_path, mo
         assert "no sweep folder 'lr_swep'" in bad.stderr and "nearest: lr_sweep" in bad.stderr, bad.stderr
     with pytest.raises(SweepNotFound, match="nearest: gsm8k_grpo/sweep-1, lr_sweep$"):
         resolve_sweep("nothing_like_it")  # no close name: the latest sweeps are listed
+
+
+def test_a_dry_run_prints_a_summary_and_keeps_the_full_text_in_dry_run_md(kit, kit_overrides, tmp_path):
+    out = kit.run(
+        "sweep.py",
+        ["-m", *kit_overrides, *kit.slurm_cluster, "sweep_name=dry", "dry_run=true", "verl.data.train_batch_size=8,16"],
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    path = tmp_path / "logs" / "dry" / "dry_run.md"
+    full = path.read_text()
+    assert "#SBATCH --array=0-1%" in full and "data.train_batch_size=16 " in full
+    shown = out.stdout
+    assert "#SBATCH --" not in shown and "data.train_batch_size=16 " not in shown  # no command line
+
+    assert len(shown.splitlines()) < 20, shown
+    assert "Dry run of sweep dry: 2 point(s)" in shown and "array of 2:" in shown and str(path) in shown
+    assert "000_train_batch_size-8" in shown and "train_batch_size=16" in shown
+
+
+def test_a_64_point_summary_lists_the_first_and_last_points_and_counts_the_rest():
+    from types import SimpleNamespace
+
+    from grpokit.submit.dry_run_summary import point_lines
+
+    specs = [SimpleNamespace(name=f"{i:03d}_lr-{i}", swept={"actor.optim.lr": i}) for i in range(64)]
+    lines = point_lines(specs)
+    assert len(lines) == 20 and "... 45 more ..." in lines[15]
+    assert lines[0].split() == ["000_lr-0", "lr=0"] and lines[-1].split() == ["063_lr-63", "lr=63"]

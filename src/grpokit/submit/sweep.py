@@ -32,6 +32,7 @@ from grpokit.run_folder.claim import claim as claim_folder
 from grpokit.run_folder.manifest import read_manifest, write_manifest
 from grpokit.submit import chain, halving, snapshot
 from grpokit.submit import resume as resume_mod
+from grpokit.submit.dry_run_summary import dry_run_summary
 from grpokit.submit.task import RunPointTask
 from grpokit.submit.wait import attempt_counts, wait_for
 from grpokit.validate import Problem, SweepValidationError, validate_points
@@ -357,7 +358,7 @@ def dry_run(opts: dict[str, Any], specs: list[PointSpec], cluster: dict[str, Any
         path = write_dry_run(sweep_dir, specs, cluster)
         if folder_state(sweep_dir) != "sweep":  # a real sweep may have taken the folder over meanwhile
             write_manifest(sweep_dir, specs, [None] * len(specs), dry_run=True, **meta)
-    print(path.read_text())
+    print(dry_run_summary(path, specs))  # the full text stays in the file (thousands of lines for 64 points)
     print(f"dry run: {len(specs)} point(s) validated, nothing submitted; see {path}")
     return [_job_return(s, None) for s in specs]
 

@@ -1,0 +1,56 @@
+"""What a dry run prints on the terminal: a short summary; ``dry_run.md`` keeps the full text.
+
+``dry_run.md`` has every point's verl command and each array's ``#SBATCH`` lines (hundreds of lines
+for a few points); the terminal gets the point count, the kit's notices, one line per Slurm array
+and one compact line per point (its swept values), so 64 points stay readable.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grpokit.config.point import PointSpec, kit_notices
+
+MAX_POINT_LINES = 20  # more points: the first 15 and the last 4, with a count of those left out
+
+
+def array_lines(specs: list[PointSpec], max_size: int | None = None) -> list[str]:
+    """One line per job array the sweep would be submitted as: its points, nodes x GPUs, partition
+    and time limit (minutes). [] for ``cluster=local``."""
+    from grpokit.slurm.cluster import max_array_size
+    from grpokit.submit.arrays import array_requests
+
+    if not specs or specs[0].cluster.kind != "slurm":
+        return []
+    out = []
+    for members, cluster in array_requests(specs, max_size or max_array_size()):
+        first, last = specs[members[0]].name, specs[members[-1]].name
+        which = first if len(members) == 1 else f"{first} .. {last}"
+        out.append(
+            f"  array of {len(members)}: {which}; {cluster.nodes} node(s) x {cluster.gpus_per_node} GPU(s), "
+            f"partition {cluster.partition or '(default)'}, {cluster.timeout_min} min, "
+            f"at most {cluster.array_parallelism} at once"
+        )
+    return out
+
+
+def point_lines(specs: list[PointSpec]) -> list[str]:
+    """One line per point: its name, then its swept values (``key=value``, the key's last part);
+    beyond :data:`MAX_POINT_LINES` the middle ones are counted, not listed."""
+    width = max(len(s.name) for s in specs)
+    rows = [f"  {s.name:<{width}}  " + " ".join(f"{k.split('.')[-1]}={v}" for k, v in s.swept.items()) for s in specs]
+    if len(rows) > MAX_POINT_LINES:
+        rows = [*rows[:15], f"  ... {len(rows) - 19} more ...", *rows[-4:]]
+    return [r.rstrip() for r in rows]
+
+
+def dry_run_summary(path: Path, specs: list[PointSpec]) -> str:
+    """The terminal's text for a dry run that wrote ``path`` (dry_run.md) for ``specs``."""
+    arrays = array_lines(specs)
+    lines = [f"Dry run of sweep {specs[0].sweep_name}: {len(specs)} point(s), nothing submitted"]
+    lines += [f"Note: {notice}" for notice in kit_notices(specs)]
+    if arrays:
+        lines += [f"Slurm: {len(arrays)} job array(s)", *arrays]
+    lines += ["Points:", *point_lines(specs)]
+    lines.append(f"Each point's verl command and the Slurm request are in {path}")
+    return "\n".join(lines)

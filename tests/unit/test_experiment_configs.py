@@ -254,6 +254,9 @@ def test_tool_memory_sizes_set_by_the_user_flow_into_the_derived_settings(tiny_m
         "verl.data.train_batch_size=8",
         "verl.actor_rollout_ref.rollout.n=4",
         "verl.data.max_response_length=1024",
+        # the fixture's tool data holds 8 prompts: one step of batch 8 (two would run out of data,
+        # which validate.data_steps refuses)
+        "verl.trainer.total_training_steps=1",
     ]
     spec, _ = point(overrides, tmp_path)
     cfg, problems = verl_cfg(spec)

@@ -166,3 +166,34 @@ def test_a_64_point_summary_lists_the_first_and_last_points_and_counts_the_rest(
     lines = point_lines(specs)
     assert len(lines) == 20 and "... 45 more ..." in lines[15]
     assert lines[0].split() == ["000_lr-0", "lr=0"] and lines[-1].split() == ["063_lr-63", "lr=63"]
+
+
+def test_a_mistyped_experiment_is_one_line_with_the_real_choices_exit_2(tmp_path):
+    run = subprocess.run(
+        [*GRPOKIT, "sweep", "experiment=gsm8k_grop", f"logs_root={tmp_path / 'logs'}", "dry_run=true"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 2, run.stderr
+    problems = [line for line in run.stderr.splitlines() if line.startswith("[all points]")]
+    assert problems == [
+        "[all points] experiment: no experiment 'gsm8k_grop' (choices: gsm8k_grpo, memalpha_grpo, "
+        "memalpha_grpo_full, tool_memory_grpo); fix: did you mean experiment=gsm8k_grpo?"
+    ], run.stderr
+    assert (
+        " _grpo" not in run.stderr
+        and "(choices: _grpo" not in run.stderr
+        and "search path" not in run.stderr.lower()
+        and "Traceback" not in run.stderr
+    )
+    assert not (tmp_path / "logs").exists()
+
+
+def test_group_choices_pass_real_values_sweeps_and_leave_hydra_syntax_alone():
+    from grpokit.validate.group_choices import group_problems
+
+    ok = ["-m", "experiment=gsm8k_grpo,memalpha_grpo", "+model=tiny", "cluster=choice(local,slurm)", "lr=1"]
+    assert group_problems(ok) == []
+    (bad,) = group_problems(["cluster=slurmm"])
+    assert bad.key == "cluster" and bad.fix == "did you mean cluster=slurm?"

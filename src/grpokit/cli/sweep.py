@@ -52,8 +52,10 @@ def preflight(argv: list[str]) -> list[str]:
     """
     from grpokit.validate import SweepValidationError
     from grpokit.validate.command_line import check
+    from grpokit.validate.group_choices import group_problems
 
     argv, problems = check(argv)
+    problems = [*group_problems(argv), *problems]  # experiment=<typo>: the real choices, not Hydra's dump
     if problems:
         print(SweepValidationError(problems), file=sys.stderr)
         sys.exit(2)

@@ -197,3 +197,51 @@ def test_group_choices_pass_real_values_sweeps_and_leave_hydra_syntax_alone():
     assert group_problems(ok) == []
     (bad,) = group_problems(["cluster=slurmm"])
     assert bad.key == "cluster" and bad.fix == "did you mean cluster=slurm?"
+
+
+def test_env_json_and_verl_cmd_hold_every_variable_the_job_sets_for_the_trainer(tmp_path, bare_point, monkeypatch):
+    import dataclasses
+    import importlib.util
+    import signal
+
+    # the driver with its stand-ins for Ray, a sidecar, the trainer and Slurm (test_driver_lifecycle.py)
+    found = importlib.util.spec_from_file_location("lifecycle", Path(__file__).parent / "test_driver_lifecycle.py")
+    lifecycle = importlib.util.module_from_spec(found)
+    found.loader.exec_module(lifecycle)
+    make_spec, run_attempt = lifecycle.make_spec, lifecycle.run_attempt
+
+    class RecordingTrainer(lifecycle.doubles.StandInTrainer):  # keeps the environment it was started with
+        def __init__(self, cmd, log_path, *, env, **kwargs):
+            super().__init__(cmd, log_path, env=env, **kwargs)
+            self.env = dict(env)
+
+    monkeypatch.setattr(lifecycle.doubles, "StandInTrainer", RecordingTrainer)
+
+    from grpokit.runtime.driver import STOP_SIGNALS
+
+    saved = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    try:
+        # A compute node without internet (W&B offline), a user's variable and a secret in runtime.env.
+        spec = make_spec(
+            bare_point, tmp_path, steps=2, wandb_mode="offline", env={"MY_FLAG": "1", "HF_TOKEN": "hf_abc123"}
+        )
+        logger = "trainer.logger=[console,file,wandb]"  # W&B offline: its run lands in the run folder
+        spec = dataclasses.replace(
+            spec, verl_overrides=[logger if o.startswith("trainer.logger=") else o for o in spec.verl_overrides]
+        )
+        r = run_attempt(spec)
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+    assert r.code == 0, r.status
+    run_dir = Path(spec.run_dir)
+    recorded = json.loads((run_dir / "env.json").read_text())["trainer_env"]
+    given = r.trainers[0].env  # what the trainer process was started with
+    for key in ("WANDB_MODE", "WANDB_RUN_ID", "WANDB_DIR", "MY_FLAG", "VERL_FILE_LOGGER_PATH", "RAY_ADDRESS"):
+        assert recorded[key] == given[key], key
+    assert recorded["WANDB_MODE"] == "offline" and recorded["MY_FLAG"] == "1"
+    assert recorded["HF_TOKEN"] == "<set>" and "PATH" not in recorded  # inherited, unchanged: not listed
+    header = (run_dir / "verl_cmd.sh").read_text().splitlines()[3]
+    assert {"WANDB_MODE", "MY_FLAG", "HF_TOKEN", "RAY_ADDRESS"} <= set(header.lstrip("# ").split())
+    for name in ("env.json", "verl_cmd.sh"):
+        assert "hf_abc123" not in (run_dir / name).read_text(), name

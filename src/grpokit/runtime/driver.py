@@ -60,6 +60,7 @@ from grpokit.runtime import (
     stop_decision,
     trackers,
     trainer,
+    trainer_env,
     watchdog,
 )
 from grpokit.runtime.job_log import JobLog
@@ -198,7 +199,8 @@ class Driver:
             pool.shutdown(wait=self.stop_signal is None)
         kernels.check_node(self.spec)  # a kernel this node cannot train with: one line, before the trainer
         cmd = trainer.command(self.spec, self._sidecar_overrides())
-        trainer.write_command_file(self.folder.verl_cmd, cmd, list(trainer.environment(self.run_dir, self.attempt_dir)))
+        names = trainer_env.record(self.folder.env, env)  # WANDB_*, runtime.env, Ray's, ... (secrets by name)
+        trainer.write_command_file(self.folder.verl_cmd, cmd, names)
         return cmd, env
 
     def train(self, cmd: list[str], env: dict[str, str]) -> Happened:

@@ -49,7 +49,8 @@ def write_command_file(path: Path, cmd: list[str], env_keys: list[str]) -> None:
     lines = [
         "#!/usr/bin/env bash",
         "# The trainer command of this point, as the job ran it.",
-        f"# Environment set by the job (values in env.json / endpoints.json): {' '.join(sorted(env_keys))}",
+        "# Environment set by the job (values in env.json's trainer_env, secrets there as <set>):",
+        f"# {' '.join(sorted(env_keys))}",
         shlex.quote(cmd[0]) + " \\",
     ]
     lines += [f"  {shlex.quote(a)} \\" for a in cmd[1:-1]]

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import fcntl
 import json
-import multiprocessing
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -80,23 +82,45 @@ def test_folder_states(tmp_path):
     assert folder.folder_state(crashed) == "sweep"
 
 
-def _claim_in_process(args):
-    logs_root, name, generated, barrier = args
-    barrier.wait()
-    try:
-        c = folder.claim(Path(logs_root), name, generated=generated, resume=False)
-    except SweepFolderError as exc:
-        return f"refused: {exc}"
-    c.record("new", [f"pid{os.getpid()}"], [None])
-    c.release()
-    return c.name
+_CLAIM = """
+import os, sys, time
+from pathlib import Path
+from grpokit.run_folder import claim as folder
+from grpokit.run_folder.claim import SweepFolderError
+logs_root, name, generated, start = sys.argv[1], sys.argv[2], sys.argv[3] == "1", float(sys.argv[4])
+time.sleep(max(0.0, start - time.time()))  # every process claims at the same moment
+try:
+    c = folder.claim(Path(logs_root), name, generated=generated, resume=False)
+except SweepFolderError as exc:
+    print(f"refused: {exc}")
+    sys.exit(0)
+c.record("new", [f"pid{os.getpid()}"], [None])
+c.release()
+print(c.name)
+"""
 
 
 def _race(tmp_path: Path, name: str, generated: bool, n: int = 6) -> list[str]:
-    ctx = multiprocessing.get_context("fork")
-    barrier = ctx.Manager().Barrier(n)
-    with ctx.Pool(n) as pool:
-        return pool.map(_claim_in_process, [(str(tmp_path), name, generated, barrier)] * n)
+    """``n`` separate Python processes (as ``n`` sweep commands typed at once) claim ``name`` at one
+    moment. Processes of their own, not a fork of this one: a fork copies locks that other threads
+    of the pytest process may hold (a worker runs whole files one after another), and a child that
+    inherits a held lock hangs (seen after test_driver_lifecycle in one process)."""
+    start = time.time() + 3.0 + 0.3 * n  # after every interpreter has imported the kit
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _CLAIM, str(tmp_path), name, "1" if generated else "0", str(start)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(n)
+    ]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-2000:]
+        results.append(out.strip())
+    return results
 
 
 def test_generated_names_claimed_at_the_same_moment_get_one_folder_each(tmp_path):
@@ -213,9 +237,17 @@ def test_a_point_that_never_started_is_compared_by_its_recorded_overrides(tmp_pa
     assert p.key == f"verl.{LR}" and "(not on the command line) -> 5e-06" in p.message
 
 
-def test_only_points_not_completed_queued_or_running_are_resubmitted():
+def test_a_resume_resubmits_the_resubmittable_states_and_the_points_never_submitted():
     states = {0: "completed", 1: "failed", 2: "running", 3: "queued", 4: "timeout", 5: "not submitted", 6: "cancelled"}
-    assert resume.to_resubmit(states) == {1: "failed", 4: "timeout", 5: "not submitted", 6: "cancelled"}
+    states |= {7: "preempted", 8: "skipped_no_gpu", 9: "pruned", 10: "unknown"}
+    assert resume.to_resubmit(states) == {
+        1: "failed",
+        4: "timeout",
+        5: "not submitted",
+        6: "cancelled",
+        7: "preempted",
+        8: "skipped_no_gpu",
+    }
 
 
 def test_replaced_job_ids_are_kept_in_the_points_history(tmp_path, spec):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
 import socket
 import subprocess
@@ -23,24 +22,37 @@ def registry(tmp_path, monkeypatch) -> Path:
     return path
 
 
-def _reserve_in_child(path: str, barrier, out) -> None:
-    ports.REGISTRY = Path(path)
-    barrier.wait()  # every process asks at the same moment
-    out.put(ports.reserve_ports(9, contiguous=200, host="127.0.0.1"))
-    time.sleep(1.0)  # keep the reservation alive until all have reserved
+_RESERVE = """
+import json, sys, time
+from pathlib import Path
+from grpokit.runtime import ports
+ports.REGISTRY = Path(sys.argv[1])
+time.sleep(max(0.0, float(sys.argv[2]) - time.time()))  # every process asks at the same moment
+print(json.dumps(ports.reserve_ports(9, contiguous=200, host="127.0.0.1")), flush=True)
+time.sleep(float(sys.argv[3]) - time.time())  # keep the reservation alive until all have reserved
+"""
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(120)
 def test_processes_reserving_at_the_same_moment_get_disjoint_ports(registry):
-    ctx = mp.get_context("fork")
+    # separate interpreters (as jobs on one node are), not forks of this pytest process: a fork
+    # copies locks other threads of the worker may hold, and such a child can hang
     n = 8
-    barrier, out = ctx.Barrier(n), ctx.Queue()
-    children = [ctx.Process(target=_reserve_in_child, args=(str(registry), barrier, out)) for _ in range(n)]
+    start = time.time() + 3.0 + 0.3 * n
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RESERVE, str(registry), str(start), str(start + 5.0)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(n)
+    ]
+    results = []
     for c in children:
-        c.start()
-    results = [out.get(timeout=30) for _ in range(n)]
-    for c in children:
-        c.join(timeout=10)
+        out, err = c.communicate(timeout=60)
+        assert c.returncode == 0, err[-2000:]
+        results.append(json.loads(out))
     sets = []
     for r in results:
         *singles, block = r

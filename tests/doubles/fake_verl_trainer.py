@@ -15,9 +15,11 @@ verl cannot train without a CUDA GPU, so the kit's CPU tests run this instead (t
   ``step:N - ...`` line only with ``console``; with ``wandb`` in it, verl's own
   ``verl.utils.tracking.Tracking`` logs every step to W&B (W&B's settings from the environment);
 - the step count: ``trainer.total_training_steps``, else ``len(train_dataloader) x total_epochs``
-  (rows of ``data.train_files`` capped by ``data.train_max_samples``, over ``train_batch_size``, last
-  partial batch dropped), printed as ``Total training steps: N``; when the data runs out before
-  that step, the loop ends without its last step (no final save) and exits 0, as verl's does;
+  (rows of ``data.train_files`` capped by ``data.train_max_samples`` (the first rows: the kit sets
+  ``data.shuffle=false``), then, with ``data.filter_overlong_prompts=true``, without the prompts whose
+  chat-templated token count exceeds ``data.max_prompt_length``, as verl's ``RLHFDataset`` does, over
+  ``train_batch_size``, last partial batch dropped), printed as ``Total training steps: N``; when the
+  data runs out before that step, the loop ends without its last step (no final save) and exits 0, as verl's does;
 - the kit's checkpoint-on-demand hook (``grpokit.runtime.verl_hooks``): at the start of a step,
   when the driver's save request exists, save the last completed step and stop (exit 1, as verl
   does when the hook raises);
@@ -91,8 +93,58 @@ def train_steps_in_data(cfg: dict[str, str]) -> int | None:
     cap = int(num(cfg, "data.train_max_samples", -1))
     if cap > 0:
         rows = min(rows, cap)
-    per_epoch = rows // int(num(cfg, "data.train_batch_size", 1024))  # drop_last=True
-    return per_epoch * int(num(cfg, "trainer.total_epochs", 30))
+    batch, epochs = int(num(cfg, "data.train_batch_size", 1024)), int(num(cfg, "trainer.total_epochs", 30))
+    if cfg.get("data.filter_overlong_prompts", "false").lower() == "true":  # verl 0.9.1's default: False
+        # only the rows the run can reach are tokenized (cheap): the step count is min(total, data steps)
+        steps = num(cfg, "trainer.total_training_steps", 0)
+        enough = math.ceil(steps / epochs) * batch if steps > 0 and epochs > 0 else None
+        rows = rows_within_prompt_length(cfg, files, rows, enough)
+    return rows // batch * epochs  # drop_last=True
+
+
+def rows_within_prompt_length(cfg: dict[str, str], files: list[Path], rows: int, enough: int | None) -> int:
+    """How many of the first ``rows`` rows verl's ``RLHFDataset.maybe_filter_out_long_prompts`` keeps:
+    ``len(tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True))`` <=
+    ``data.max_prompt_length`` (verl's default 512), with the tokenizer of ``actor_rollout_ref.model.path``
+    (verl's ``hf_tokenizer``; a text model has no processor). Counting stops at ``enough`` kept rows.
+    The count is cached in the temp folder by its inputs (files and tokenizer by mtime): importing
+    transformers takes seconds, and every trainer start of a test suite asks the same question."""
+    import hashlib
+    import tempfile
+
+    model = Path(cfg["actor_rollout_ref.model.path"])
+    limit = int(num(cfg, "data.max_prompt_length", 512))
+    key = cfg.get("data.prompt_key", "prompt")
+    stamp = [str(f.resolve()) + f":{f.stat().st_mtime_ns}" for f in files]
+    stamp += [f"{f}:{f.stat().st_mtime_ns}" for f in sorted(model.glob("*token*")) + sorted(model.glob("*.jinja"))]
+    digest = hashlib.sha256(json.dumps([stamp, str(model.resolve()), limit, key, rows, enough]).encode()).hexdigest()
+    cache = Path(tempfile.gettempdir()) / "fake_verl_trainer_prompt_filter" / f"{digest[:32]}.json"
+    if cache.is_file():
+        return int(json.loads(cache.read_text())["kept"])
+    kept = _count_kept(model, files, limit, key, rows, enough)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    part = cache.with_suffix(f".{os.getpid()}.part")
+    part.write_text(json.dumps({"kept": kept}))
+    os.replace(part, cache)
+    return kept
+
+
+def _count_kept(model: Path, files: list[Path], limit: int, key: str, rows: int, enough: int | None) -> int:
+    import pyarrow.parquet as pq
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    kept = seen = 0
+    for f in files:
+        for batch in pq.ParquetFile(f).iter_batches(batch_size=64, columns=[key]):
+            for prompt in batch.column(0).to_pylist():
+                if seen == rows or (enough is not None and kept >= enough):
+                    return kept
+                seen += 1
+                ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+                ids = ids["input_ids"] if hasattr(ids, "keys") else ids  # transformers 5: a BatchEncoding
+                kept += len(ids) <= limit
+    return kept
 
 
 class NodeWorkers:

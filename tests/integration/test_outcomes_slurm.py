@@ -74,29 +74,67 @@ def assert_status_rows(kit, sweep_dir: Path, expected: dict[int, tuple[str, int]
     assert rows == expected, (rows, out.stdout)
 
 
+def prompt_lengths(model_dir: Path, train_file: Path, rows: int) -> list[int]:
+    """Token counts of the first ``rows`` prompts as verl's ``RLHFDataset`` filter measures them (the
+    model's tokenizer and chat template, ``add_generation_prompt=True``)."""
+    import pyarrow.parquet as pq
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    prompts = pq.read_table(train_file, columns=["prompt"]).slice(0, rows).column(0).to_pylist()
+    return [
+        len(tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True)["input_ids"]) for p in prompts
+    ]
+
+
 @pytest.mark.timeout(600)
-def test_a_point_whose_trainer_exits_0_before_its_target_is_failed_and_resubmitted(kit, slurm, kit_overrides, tmp_path):
-    # GSM8K with total_epochs 1 and batch 8: 16 rows run out after 2 of the 4 steps (verl's fit
-    # loop then returns 0 without its last step), 32 rows give exactly 4, 64 rows more than enough.
+def test_a_point_whose_trainer_exits_0_before_its_target_is_failed_and_resubmitted(
+    kit, slurm, kit_overrides, tiny_model_dir, gsm8k_dir, tmp_path
+):
+    # A cause the pre-submission check (validate.data_steps) cannot see: verl's
+    # data.filter_overlong_prompts (on in the kit's experiments) drops, AFTER train_max_samples, the
+    # prompts longer than data.max_prompt_length. 32 GSM8K rows at batch 8 give 4 steps; at a
+    # max_prompt_length that keeps only 16-23 of them (2 batches) verl's fit loop runs out after step 2
+    # and returns 0 without its last step. The limit comes from the rows' real token lengths.
+    lengths = sorted(prompt_lengths(tiny_model_dir, gsm8k_dir / "train.parquet", 32))
+    limit = lengths[15]
+    kept = sum(n <= limit for n in lengths)
+    assert 16 <= kept < 24 and lengths[-1] <= 512, lengths
+    common = [*kit_overrides, "verl.data.train_batch_size=8", "verl.data.train_max_samples=32"]
+
+    # the same short data through train_max_samples alone is refused before submission
+    name = "early_refused"
+    out = kit.run(
+        "sweep.py",
+        ["-m", *kit.slurm_cluster, *common[:-1], "verl.data.train_max_samples=16", f"sweep_name={name}"],
+        timeout=240,
+    )
+    assert out.returncode == 2 and "nothing was submitted" in out.stderr, (out.stdout + out.stderr)[-3000:]
+    (line,) = [ln for ln in out.stderr.splitlines() if ln.startswith("[")]
+    # the point (the sweep's only one: 000), the key, the cause and the fix
+    assert line.startswith("[000] verl.trainer.total_training_steps: ") and "train_max_samples=16" in line, line
+    assert "fix: set verl.data.train_max_samples>=32" in line, line
+    assert not subprocess.run(["squeue", "-h", "-n", name], capture_output=True, text=True).stdout.strip()
+    assert not (tmp_path / "logs" / name / "manifest.json").exists()
+
     _, run_dirs = _sweep(
         kit,
         tmp_path,
         "early",
-        [*kit_overrides, "verl.data.train_batch_size=8", "verl.data.train_max_samples=16,32,64"],
+        [*common, "verl.data.filter_overlong_prompts=true", f"verl.data.max_prompt_length={limit},512"],
     )
-    assert len(run_dirs) == 3
-    short, exact, plenty = kit.wait_final(run_dirs, timeout=420)
+    assert len(run_dirs) == 2
+    short, whole = kit.wait_final(run_dirs, timeout=420)
 
     assert short["state"] == "failed", short
     assert short["attempts"][-1]["ended_by"] == "early_exit" and short["attempts"][-1]["exit_code"] == 0
     assert short["last_step"] == 2 and short["target_step"] == 4
     assert "trainer exited 0 at step 2 (attempts/1/metrics.jsonl) of target_step 4" in short["reason"]
     assert "newest complete checkpoint global_step_2" in short["reason"]
-    for done in (exact, plenty):
-        assert done["state"] == "completed" and done["last_step"] == 4 == done["target_step"], done
+    assert whole["state"] == "completed" and whole["last_step"] == 4 == whole["target_step"], whole
 
     sweep_dir = tmp_path / "logs" / "early"
-    assert_status_rows(kit, sweep_dir, {0: ("failed", 2), 1: ("completed", 4), 2: ("completed", 4)})
+    assert_status_rows(kit, sweep_dir, {0: ("failed", 2), 1: ("completed", 4)})
 
     # resubmit.py picks it up (and only it); the new attempt runs in the same folder, is not skipped
     again = kit.run("resubmit.py", [str(sweep_dir)], timeout=120)
@@ -107,7 +145,7 @@ def test_a_point_whose_trainer_exits_0_before_its_target_is_failed_and_resubmitt
     assert second["state"] == "failed" and second["attempts"][-1]["ended_by"] == "early_exit"
     assert "trainer exited 0 without logging a step (attempts/2/metrics.jsonl) of target_step 4" in second["reason"]
     manifest = json.loads((sweep_dir / "manifest.json").read_text())
-    assert [len(p.get("history") or []) for p in manifest["points"]] == [1, 0, 0]
+    assert [len(p.get("history") or []) for p in manifest["points"]] == [1, 0]
 
 
 @pytest.mark.timeout(600)

@@ -9,7 +9,8 @@ from pathlib import Path
 from grpokit.cli import resubmit as cli
 from grpokit.run_folder import claim as folder
 from grpokit.run_folder.manifest import write_manifest
-from grpokit.submit import resubmit
+from grpokit.run_folder.point_state import RESUBMITTABLE_STATES
+from grpokit.submit import resubmit, resume
 
 REASON = "trainer exited 3 at step 3\nTraceback (most recent call last):\n  ..."
 
@@ -66,3 +67,30 @@ def test_a_local_point_that_completes_leaves_resubmit_at_0(tmp_path, bare_point,
     monkeypatch.setattr(resubmit, "run_local", run_local)
     assert cli.main([str(Path(specs[0].run_dir).parent)]) == 0
     assert "error" not in capsys.readouterr().err
+
+
+def test_resume_and_resubmit_take_again_the_same_states(tmp_path, bare_point, capsys):
+    # one folder, a point in each final state status.json can hold, and one never started
+    root = tmp_path / "states"
+    words = ["completed", "failed", "cancelled", "skipped_no_gpu", "pruned", None]
+    specs = [bare_point(root, i, {"kind": "local"}, root.name) for i in range(len(words))]
+    with folder.claim(root.parent, root.name, generated=False, resume=False) as c:
+        for s in specs:
+            Path(s.run_dir).mkdir(parents=True)
+            (Path(s.run_dir) / "point.json").write_text(s.to_json())
+        write_manifest(root, specs, [None] * len(specs), experiment="e", cluster="local", swept_keys=[])
+        c.record("new", [s.name for s in specs], [None] * len(specs))
+    for spec, word in zip(specs, words, strict=True):
+        if word:
+            _status(Path(spec.run_dir), word, "why")
+
+    by_resubmit = dict(resubmit.select(root))
+    by_resume = resume.to_resubmit(resume.point_states(root))
+    assert by_resubmit == {1: "failed", 2: "cancelled", 3: "skipped_no_gpu"}
+    # resume also submits the sweep's points that were never submitted; otherwise the same points
+    assert by_resume == {**by_resubmit, 5: "not submitted"}
+    assert resubmit.DEFAULT_STATES == RESUBMITTABLE_STATES
+    # the command's refusal of a state it does not take says why, and its --help names skipped_no_gpu
+    assert cli.states_problem(("skipped_no_gpu",)) is None
+    assert "pruned point was stopped on purpose" in cli.states_problem(("pruned",))
+    assert cli.states_problem(("completed",)).endswith(f"resubmit accepts {', '.join(RESUBMITTABLE_STATES)}")

@@ -1,10 +1,11 @@
-"""Resubmit a sweep's failed, timed-out and cancelled points; they resume from their checkpoints.
+"""Resubmit a sweep's failed, timed-out, cancelled, preempted and skipped_no_gpu points (the states
+``resume=true`` takes again too); they resume from their checkpoints.
 
-    python launch/resubmit.py logs/<sweep>                       # failed, timeout, cancelled, preempted
+    python launch/resubmit.py logs/<sweep>                       # failed, timeout, cancelled, preempted, skipped_no_gpu
     python launch/resubmit.py logs/<sweep> --states timeout      # only those
     python launch/resubmit.py logs/<sweep> --dry-run             # show, submit nothing
 
-Completed, queued and running points are left alone. Works when Slurm accounting (sacct) is off.
+Completed, pruned, queued and running points are left alone. Works when Slurm accounting (sacct) is off.
 A local sweep's points (``cluster=local``) run here, one after another: the command exits 1 when
 one of them did not succeed, naming it, its state and the first line of its reason.
 """
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 #: What each state that cannot be resubmitted is, for the refusal.
 NOT_RESUBMITTABLE = {
     "completed": "a completed point is final (it reached its target step)",
-    "skipped_no_gpu": "a skipped_no_gpu point is final (it ran without a GPU; run the sweep on GPU nodes)",
+    "pruned": "a pruned point was stopped on purpose (runtime.pruning or successive halving)",
     "queued": "a queued point is still Slurm's",
     "running": "a running point is still Slurm's",
     "not submitted": "a point never submitted is the sweep's (sweep.py ... resume=true submits it)",

@@ -31,6 +31,12 @@ STATUS_WORD = {
     "preempted": "preempted",
     "sidecar_failed": "failed",
 }
+#: The states a point is submitted again from, by ``grpokit resubmit`` (its default ``--states``) and
+#: by ``resume=true`` (which also submits the points never submitted): the point stopped short of its
+#: target and running it again can finish it. ``skipped_no_gpu`` ran every stage but training, on a
+#: node without a GPU: submitted again (to a GPU node) it trains. Not taken again: completed, pruned
+#: (stopped on purpose), queued and running (Slurm's), unknown (not known to have failed).
+RESUBMITTABLE_STATES: tuple[str, ...] = ("failed", "timeout", "cancelled", "preempted", "skipped_no_gpu")
 # A failed attempt that ended this way is shown by how it ended.
 _ENDED_BY_WORD = ("timeout", "preempted", "cancelled")
 

@@ -1,4 +1,5 @@
-"""Resubmit the points of a sweep that failed, timed out or were cancelled, into their own run folders.
+"""Resubmit the points of a sweep that failed, timed out, were cancelled or preempted, or ran on a node
+without a GPU (``skipped_no_gpu``), into their own run folders.
 
 A point's state comes from Slurm (squeue/scontrol, ``sacct`` only when accounting works) and from
 its ``status.json``; a point still queued or running, or completed, is never touched. The
@@ -16,7 +17,7 @@ from grpokit.config.point import PointSpec
 from grpokit.run_folder import RunFolder, read_status, write_json_atomic
 from grpokit.run_folder.claim import Claim, folder_state, open_existing
 from grpokit.run_folder.manifest import MANIFEST, read_manifest, replace_job_ids
-from grpokit.run_folder.point_state import point_state
+from grpokit.run_folder.point_state import RESUBMITTABLE_STATES, point_state
 from grpokit.run_folder.sweep import load_sweep
 from grpokit.runtime import resubmission
 from grpokit.slurm.states import job_states
@@ -24,7 +25,8 @@ from grpokit.submit.sweep import run_local, submit_slurm
 
 log = logging.getLogger(__name__)
 
-DEFAULT_STATES = ("failed", "timeout", "cancelled", "preempted")
+#: The states resubmitted by default: the ones ``resume=true`` takes again too.
+DEFAULT_STATES = RESUBMITTABLE_STATES
 
 
 def select(sweep_dir: Path, states: tuple[str, ...] = DEFAULT_STATES) -> list[tuple[int, str]]:

@@ -4,9 +4,10 @@ A resume is refused when anything that decides what is trained differs from what
 recorded: the point set (matched by index) and, per point, verl's overrides and the kit's
 ``experiment``, ``model``, ``hardware`` and ``sidecars`` sections (from ``<run>/point.json``).
 ``cluster.*`` and ``runtime.*`` (partition, time limit, requeue budget, ...) may change: they
-decide where and how long a point runs, not what it learns. Points that are completed, queued or
-running are left alone; the others are resubmitted into their run folders and resume from their
-last checkpoint.
+decide where and how long a point runs, not what it learns. The points in a state ``grpokit
+resubmit`` takes (:data:`grpokit.run_folder.point_state.RESUBMITTABLE_STATES`) and those never
+submitted are resubmitted into their run folders and resume from their last checkpoint; the others
+(completed, pruned, queued, running, unknown) are left alone.
 """
 
 from __future__ import annotations
@@ -25,8 +26,6 @@ COMPARED_SECTIONS = ("experiment", "model", "hardware", "sidecars")
 #: command, the folders or where and how the points run, not the training (not the sweep command's
 #: one-value-per-command keys, grpokit.submit.sweep._COMMAND_KEYS).
 NOT_COMPARED_KEYS = ("sweep_name", "resume", "dry_run", "wait", "logs_root", "hydra", "cluster", "runtime")
-#: Points a resume resubmits: every state but these (status words of grpokit.run_folder.point_state).
-KEEP_STATES = ("completed", "queued", "running")
 
 _UNSET = "(not set)"
 
@@ -148,5 +147,9 @@ def point_states(sweep_dir: Path) -> dict[int, str]:
 
 
 def to_resubmit(states: dict[int, str]) -> dict[int, str]:
-    """The points a resume submits again: ``{index: state}`` of those not completed, queued or running."""
-    return {i: s for i, s in states.items() if s not in KEEP_STATES}
+    """The points a resume submits: ``{index: state}`` of those in
+    :data:`~grpokit.run_folder.point_state.RESUBMITTABLE_STATES` (what ``grpokit resubmit`` takes) or
+    ``not submitted`` (points of the sweep no job was submitted for)."""
+    from grpokit.run_folder.point_state import RESUBMITTABLE_STATES
+
+    return {i: s for i, s in states.items() if s in RESUBMITTABLE_STATES or s == "not submitted"}

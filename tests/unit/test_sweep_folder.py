@@ -18,6 +18,7 @@ from grpokit.run_folder import claim as folder
 from grpokit.run_folder.claim import SUBMISSIONS, SweepFolderError
 from grpokit.run_folder.manifest import replace_job_ids, write_manifest
 from grpokit.submit import resume, wait
+from grpokit.validate.problems import SweepValidationError
 
 LR = "actor_rollout_ref.actor.optim.lr"
 
@@ -235,6 +236,59 @@ def test_a_point_that_never_started_is_compared_by_its_recorded_overrides(tmp_pa
     new.kit_overrides.append(f"verl.{LR}=5e-06")
     (p,) = resume.check_same_settings(manifest, [new])
     assert p.key == f"verl.{LR}" and "(not on the command line) -> 5e-06" in p.message
+
+
+def _named(point: PointSpec) -> PointSpec:
+    """The verl keys the kit derives from the point's and the sweep's names, as grpokit.config.point sets them."""
+    point.verl_overrides += [
+        f"trainer.default_local_dir={point.checkpoint_dir}",
+        f"trainer.project_name={point.sweep_name}",
+        f"trainer.experiment_name={point.name}",
+    ]
+    return point
+
+
+def test_a_resume_refusal_names_only_what_the_user_changed_and_counts_the_lines_it_prints(tmp_path, spec):
+    root = tmp_path / "s"
+    manifest = submitted_sweep(root, [_named(spec(root, i, n=n)) for i, n in enumerate((2, 4))])
+    # rollout.n=2,8 instead of 2,4 renames point 001 (its folder, experiment_name): the change is n only
+    again = [_named(spec(root, i, n=n, lr="5e-06")) for i, n in enumerate((2, 8))]
+    problems = resume.check_same_settings(manifest, again)
+    assert sorted((p.point, p.key) for p in problems) == [
+        ("000_n-2", f"verl.{LR}"),
+        ("001_n-4", f"verl.{LR}"),
+        ("001_n-4", "verl.actor_rollout_ref.rollout.n"),
+    ]
+    lines = str(SweepValidationError(problems)).splitlines()
+    # the lr change is one line naming both points: 2 lines printed, 2 counted
+    assert lines[0].startswith("2 problem(s) in 2 point(s); nothing was submitted") and len(lines) == 3
+    assert lines[1].startswith(f"[000_n-2, 001_n-4] verl.{LR}: 2e-06 -> 5e-06 (recorded in its point.json")
+
+
+def test_a_typed_value_equal_to_verls_default_is_not_labelled_verls_default(tmp_path, spec):
+    root = tmp_path / "s"
+    old = spec(root, 0)
+    old.kit_overrides.append("verl.data.max_prompt_length=1024")
+    old.verl_overrides.append("data.max_prompt_length=1024")
+    manifest = submitted_sweep(root, [old])
+    new = spec(root, 0)
+    new.kit_overrides.append("verl.data.max_prompt_length=512")  # verl's default: not in verl_overrides
+    (p,) = resume.check_same_settings(manifest, [new])
+    assert p.key == "verl.data.max_prompt_length" and p.message.startswith("1024 -> 512 (recorded in its point.json")
+    # verl's default typed on one side and left out on the other is no change
+    root = tmp_path / "default"
+    manifest = submitted_sweep(root, [spec(root, 0)])
+    typed_default = spec(root, 0)
+    typed_default.kit_overrides.append("verl.data.max_prompt_length=512")
+    assert resume.check_same_settings(manifest, [typed_default]) == []
+    # typed names the kit would derive are compared: the user chose them
+    root = tmp_path / "named"
+    manifest = submitted_sweep(root, [_named(spec(root, 0))])
+    new = _named(spec(root, 0))
+    new.kit_overrides.append("verl.trainer.experiment_name=mine")
+    new.verl_overrides[-1] = "trainer.experiment_name=mine"
+    (p,) = resume.check_same_settings(manifest, [new])
+    assert p.key == "verl.trainer.experiment_name" and p.message.startswith("000_n-2 -> mine")
 
 
 def test_a_resume_resubmits_the_resubmittable_states_and_the_points_never_submitted():

@@ -27,6 +27,10 @@ COMPARED_SECTIONS = ("experiment", "model", "hardware", "sidecars")
 #: one-value-per-command keys, grpokit.submit.sweep._COMMAND_KEYS).
 NOT_COMPARED_KEYS = ("sweep_name", "resume", "dry_run", "wait", "logs_root", "hydra", "cluster", "runtime")
 
+#: verl keys the kit derives from the sweep's and the point's names (grpokit.config.point): they follow
+#: the compared settings, so a resume compares them only where the user typed them (``verl.<key>=``).
+DERIVED_KEYS = ("trainer.default_local_dir", "trainer.project_name", "trainer.experiment_name")
+
 _UNSET = "(not set)"
 
 
@@ -47,9 +51,16 @@ def _verl_settings(overrides: list[str]) -> dict[str, str]:
     return out
 
 
-def settings(spec: dict[str, Any]) -> dict[str, Any]:
-    """``{dotted key: value}`` of what a point trains with (a PointSpec as a dict, from point.json)."""
-    out: dict[str, Any] = _verl_settings(spec.get("verl_overrides") or [])
+def settings(spec: dict[str, Any], keep: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """``{dotted key: value}`` of what a point trains with (a PointSpec as a dict, from point.json).
+
+    The kit's name-derived keys (:data:`DERIVED_KEYS`) are left out unless in ``keep`` (typed by
+    the user on either side of a comparison)."""
+    out: dict[str, Any] = {
+        k: v
+        for k, v in _verl_settings(spec.get("verl_overrides") or []).items()
+        if k[len("verl.") :] not in DERIVED_KEYS or k[len("verl.") :] in keep
+    }
     for section in COMPARED_SECTIONS:
         out.update(_flat(spec.get(section) or {}, section))
     return out
@@ -85,16 +96,31 @@ def _show(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def differences(old: dict[str, Any], new: dict[str, Any], unset=_default_text) -> list[tuple[str, str, str]]:
-    """``(key, old, new)`` for every key whose value differs, sorted by key; ``unset(key)`` names
-    the value of a key one side does not have (default: verl's default value)."""
+def differences(
+    old: dict[str, Any], new: dict[str, Any], unset=_default_text, unset_new=None
+) -> list[tuple[str, str, str]]:
+    """``(key, old, new)`` for every key whose value differs (a key only one side has differs),
+    sorted by key; ``unset(key)`` names the value of a key the old side does not have (default:
+    verl's default value), ``unset_new(key)`` the new side's (default: ``unset``)."""
+    unset_new = unset_new or unset
     out = []
     for key in sorted(set(old) | set(new)):
-        a = _show(old[key]) if key in old else unset(key)
-        b = _show(new[key]) if key in new else unset(key)
+        a = _show(old[key]) if key in old else None
+        b = _show(new[key]) if key in new else None
         if a != b:
-            out.append((key, a, b))
+            out.append((key, unset(key) if a is None else a, unset_new(key) if b is None else b))
     return out
+
+
+def _typed_or_default(typed: dict[str, str]):
+    """``unset`` for one side: a verl key that side typed shows its typed value (the kit leaves a value
+    equal to verl's default out of ``verl_overrides``); an untyped one verl's default, named as such."""
+
+    def label(key: str) -> str:
+        short = key[len("verl.") :] if key.startswith("verl.") else None
+        return typed[short] if short in typed else _default_text(key)
+
+    return label
 
 
 def recorded_spec(entry: dict[str, Any]) -> dict[str, Any] | None:
@@ -105,6 +131,8 @@ def recorded_spec(entry: dict[str, Any]) -> dict[str, Any] | None:
 
 def check_same_settings(manifest: dict[str, Any], specs: list[PointSpec]) -> list[Problem]:
     """Every way this command's points differ from the recorded ones ([] when identical)."""
+    from grpokit.config.explicit import typed_verl_keys
+
     recorded = {int(e["index"]): e for e in manifest.get("points") or []}
     new = {s.index: s for s in specs}
     fix = "resume with the recorded settings, or start a new sweep with another sweep_name="
@@ -120,7 +148,16 @@ def check_same_settings(manifest: dict[str, Any], specs: list[PointSpec]) -> lis
             continue
         old_spec = recorded_spec(entry)
         if old_spec is not None:
-            diffs = differences(settings(old_spec), settings(json.loads(spec.to_json())))
+            new_spec = json.loads(spec.to_json())
+            typed_old = typed_verl_keys(old_spec.get("kit_overrides") or [])
+            typed_new = typed_verl_keys(new_spec.get("kit_overrides") or [])
+            keep = frozenset(typed_old) | frozenset(typed_new)  # a typed name is compared with the other side's
+            diffs = differences(
+                settings(old_spec, keep),
+                settings(new_spec, keep),
+                unset=_typed_or_default(typed_old),
+                unset_new=_typed_or_default(typed_new),
+            )
             where = "its point.json"
         else:  # never started: only the manifest's command-line overrides are known
             diffs = differences(

@@ -28,8 +28,9 @@ class SweepValidationError(ValueError):
         self.problems = problems
         points = {p.point for p in problems} - {"all points"}
         where = "all points" if len(points) != len({p.point for p in problems}) else f"{len(points)} point(s)"
-        head = f"{len(problems)} problem(s) in {where}; nothing was submitted:"
-        super().__init__("\n".join([head, *grouped_lines(problems)]))
+        lines = grouped_lines(problems)  # the count is of the lines printed: one per distinct problem
+        head = f"{len(lines)} problem(s) in {where}; nothing was submitted:"
+        super().__init__("\n".join([head, *lines]))
 
 
 def grouped_lines(problems: list[Problem]) -> list[str]:

@@ -103,43 +103,45 @@ def test_a_command_without_a_mode_is_a_one_point_sweep():
         assert as_sweep(mode) == mode  # Hydra's own modes are left as typed (one mode at most)
 
 
-def _grid_with_a_bad_point(base):
-    from grpokit.submit.sweep import PointLoader, build_points
+_VALIDATOR = """
+import json, os, signal, sys
+from grpokit.validate import SweepValidationError, check_each, overlap, validate_points
+from grpokit.config.compose import compose_kit
+from grpokit.submit.sweep import PointLoader, build_points
 
-    # verl's validate_config refuses 7 x 1 on 2 GPUs; the others pass
+assert overlap.start()  # as `grpokit sweep` does: fork before composing
+points = json.loads(sys.argv[1])
+specs = build_points(None, PointLoader(compose_kit, points[0]), points)
+problems, _printed = overlap.take(specs)
+assert problems == check_each(specs) and len(problems) == 1 and problems[0].point == specs[1].name, problems
+assert overlap.take(specs) is None  # one request per validator: a second call validates itself
+
+assert overlap.start()
+os.kill(overlap._current.pid, signal.SIGKILL)  # the child this script forked dies
+try:
+    validate_points(specs)  # no answer from the child: validated here, the same problem
+    raise SystemExit("no problem found")
+except SweepValidationError as err:
+    assert specs[1].name in str(err) and specs[0].name not in str(err), str(err)
+print("ok")
+"""
+
+
+def test_the_forked_validator_finds_what_the_command_finds_itself_and_a_dead_one_changes_nothing(base):
+    # A fresh interpreter, as the command: overlap.start forks only a process with one thread, and
+    # this pytest process runs others.
+    import json
+    import subprocess
+    import sys
+
     points = [
         [*base, "cluster.gpus_per_node=2", f"verl.data.train_batch_size={b}", "verl.actor_rollout_ref.rollout.n=1"]
         for b in (8, 7, 16)
-    ]
-    return build_points(None, PointLoader(compose_kit, points[0]), points)
-
-
-def test_the_forked_validator_finds_what_the_command_finds_itself(base):
-    # what `grpokit sweep` does: fork before composing, hand the built points over (grpokit.validate.overlap)
-    from grpokit.validate import check_each, overlap
-
-    specs = _grid_with_a_bad_point(base)
-    assert overlap.start()
-    answer = overlap.take(specs)
-    assert answer is not None, "the validator answered"
-    problems, _printed = answer
-    assert problems == check_each(specs) and len(problems) == 1 and problems[0].point == specs[1].name
-    assert overlap.take(specs) is None  # one request per validator: a second call validates itself
-
-
-def test_a_validator_that_died_leaves_the_checks_to_the_command(base):
-    import os
-    import signal
-
-    from grpokit.validate import SweepValidationError, overlap, validate_points
-
-    specs = _grid_with_a_bad_point(base)
-    assert overlap.start()
-    os.kill(overlap._current.pid, signal.SIGKILL)  # the child this test forked
-    with pytest.raises(SweepValidationError) as err:
-        validate_points(specs)  # no answer from the child: validated here, same problem
-    assert specs[1].name in str(err.value) and specs[0].name not in str(err.value)
-    assert overlap._current is None
+    ]  # verl's validate_config refuses 7 x 1 on 2 GPUs; the others pass
+    out = subprocess.run(
+        [sys.executable, "-c", _VALIDATOR, json.dumps(points)], capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
 
 
 def test_verl_defaults_cache_is_keyed_by_verls_config_files(tmp_path, monkeypatch):

@@ -23,6 +23,7 @@ import pickle
 import signal
 import struct
 import sys
+import threading
 from typing import Any
 
 _HEADER = struct.Struct("!Q")  # the length in bytes of the pickle that follows
@@ -55,9 +56,13 @@ class _Validator:
 
 
 def start() -> bool:
-    """Fork the validator (once per process); False when not started (disabled, no fork, started already)."""
+    """Fork the validator; False when not started (disabled, no fork, one is running already,
+    or another thread is running: a fork copies the locks other threads hold, and a child that
+    inherits a held lock hangs)."""
     global _current
     if _current is not None or os.environ.get("GRPOKIT_VALIDATE_IN_PROCESS") or not hasattr(os, "fork"):
+        return False
+    if threading.active_count() > 1:
         return False
     request_r, request_w = os.pipe()
     reply_r, reply_w = os.pipe()

@@ -190,7 +190,15 @@ def test_status_json_output(sweep, slurm, capsys):
     status = load_cli("status")
     assert status.main([str(sweep), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [r["state"] for r in rows] == ["skipped_no_gpu", "completed", "failed", "unknown", "cancelled", "running", "completed"]
+    assert [r["state"] for r in rows] == [
+        "skipped_no_gpu",
+        "completed",
+        "failed",
+        "unknown",
+        "cancelled",
+        "running",
+        "completed",
+    ]
     assert rows[0]["reason"] == SKIPPED_REASON and rows[0]["job_id"] == "100_0"
     assert rows[0]["last_reward"] is None  # NaN becomes null
     assert set(rows[0]) == {

@@ -74,8 +74,9 @@ def point_state(point: Point, slurm: SlurmJobState | None) -> str:
     A live Slurm state (queued/running) wins: status.json lags behind the scheduler; except that a
     job still RUNNING whose own status.json already records a final state with its attempt closed
     is shown by that state (the driver wrote its outcome and is stopping Ray and the sidecars: the
-    point is done, the job is only releasing its nodes). Once Slurm says the job ended, the state the job recorded for itself (a final ``state`` in status.json, its last
-    attempt closed, written by this job) wins over Slurm's word: a job that ran every stage but
+    point is done, the job is only releasing its nodes). Once Slurm says the job ended, the state
+    the job recorded for itself (a final ``state`` in status.json, its last attempt closed, written
+    by this job) wins over Slurm's word: a job that ran every stage but
     training exits 0 (Slurm's COMPLETED) and is ``skipped_no_gpu``; one that failed its point and
     exited by itself is ``failed``. An attempt stopped by the warning signal that recorded no final
     state is shown by how it ended (``timeout``/``preempted``). Slurm's COMPLETED for a job that

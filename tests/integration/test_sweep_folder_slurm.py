@@ -156,3 +156,30 @@ def test_two_sweeps_started_together_get_a_folder_each(kit, slurm, kit_overrides
             assert all(p["name"] in out.stdout for p in manifest["points"]), out.stdout
     finally:
         subprocess.run(["scancel", *sorted(arrays)], check=False)  # only this test's two arrays
+
+
+def test_the_same_command_typed_twice_says_where_its_points_already_are(kit, slurm, kit_overrides, tmp_path):
+    # Held jobs (sbatch --hold, a setting a user would not pass): the test is about what the second
+    # command says and submits, not about training, so no node of the shared test cluster is taken.
+    args = ["-m", *kit_overrides, *kit.slurm_cluster, f"{LR}=1e-06,2e-06", "+cluster.additional_parameters.hold=true"]
+    arrays = []
+    try:
+        outs = []
+        for _ in range(2):  # the default, generated sweep name: each command gets its own folder
+            out = kit.run("sweep.py", args, timeout=240)
+            assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+            outs.append(out.stdout)
+        folders = sorted(p for p in (tmp_path / "logs").iterdir() if (p / "manifest.json").exists())
+        assert len(folders) == 2
+        for f in folders:
+            arrays += sorted({p["array_job_id"] for p in kit.manifest(f)["points"]})
+        first = next(f for f in folders if f.name in outs[0])
+        assert "were submitted before" not in outs[0]
+        assert (
+            f"note: all these 2 point(s) were submitted before, with the same overrides, as sweep {first.name}"
+            in outs[1]
+        ), outs[1]
+        assert f"to continue those instead: sweep_name={first.name} resume=true" in outs[1]
+    finally:
+        if arrays:
+            subprocess.run(["scancel", *arrays], check=False)

@@ -30,7 +30,7 @@ from grpokit.run_folder.claim import (
 )
 from grpokit.run_folder.claim import claim as claim_folder
 from grpokit.run_folder.manifest import read_manifest, write_manifest
-from grpokit.submit import chain, halving, snapshot
+from grpokit.submit import chain, halving, repeats, snapshot
 from grpokit.submit import resume as resume_mod
 from grpokit.submit.dry_run_summary import dry_run_summary
 from grpokit.submit.task import RunPointTask
@@ -314,6 +314,9 @@ def launch_sweep(
         return dry_run(opts, specs, cluster, meta, rebuild)
     for notice in kit_notices(specs):  # what the kit changed on its own, once per sweep (dry_run.md has it too)
         print(f"note: {notice}")
+    if not opts["resume"]:  # the same command typed twice: say where those points already are
+        for repeat in repeats.earlier_sweeps(opts["logs_root"], meta["experiment"], [s.kit_overrides for s in specs]):
+            print(f"note: {repeat.note(len(specs))}")
     try:
         claim = claim_folder(opts["logs_root"], opts["name"], generated=opts["generated"], resume=opts["resume"])
     except SweepFolderError as exc:

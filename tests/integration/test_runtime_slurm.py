@@ -55,23 +55,23 @@ def sweep(kit, tmp_path: Path, name: str, overrides: list[str], env: dict | None
 
 
 def held_port_groups(run_dir: Path, endpoints: dict) -> list[tuple[float, float, set[int]]]:
-    """``(reserved at, released at, ports)`` for a job's sidecar ports and for its Ray ports: each
-    group is reserved when driver.log says it starts (``sidecar ...:`` / ``ray head:``) and held
-    until the attempt ends. Ray starts one at a time per node (grpokit.runtime.ray_cluster.start_slot),
-    so a job may reserve its Ray ports after another job has ended and released the same ports."""
+    """``(reserved at, released by, ports)`` for a job's sidecar ports and for its Ray ports, from
+    its driver.log: each group is reserved just before the line that starts it (``sidecar ...:`` /
+    ``ray head:``) and released at the job's clean-up, before its last line (the outcome). Ray
+    starts one at a time per node (grpokit.runtime.ray_cluster.start_slot), so a job may reserve
+    its Ray ports after another job ended and released the same ports: that is reuse, not sharing."""
     import datetime as dt
 
     def at(line: str) -> float:
         return dt.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()  # logging's local time
 
-    log = (run_dir / "attempts" / "1" / "driver.log").read_text().splitlines()
-    attempt = json.loads((run_dir / "status.json").read_text())["attempts"][-1]
-    end = dt.datetime.fromisoformat(attempt["end"]).timestamp()  # ISO 8601 with its UTC offset
+    log = [line for line in (run_dir / "attempts" / "1" / "driver.log").read_text().splitlines() if line[:2] == "20"]
+    released = at(log[-1])
     sidecar_at = min(at(line) for line in log if "grpokit.runtime.sidecars: sidecar " in line)
     ray_at = min(at(line) for line in log if "grpokit.runtime.ray_cluster: ray head: " in line)
     ray = endpoints["ray"]
     ray_ports = {p for p in ray["ports"].values() if p} | set(range(ray["worker_ports"][0], ray["worker_ports"][1] + 1))
-    return [(sidecar_at, end + 1.0, job_ports(endpoints) - ray_ports), (ray_at, end + 1.0, ray_ports)]
+    return [(sidecar_at, released, job_ports(endpoints) - ray_ports), (ray_at, released, ray_ports)]
 
 
 def job_ports(endpoints: dict) -> set[int]:

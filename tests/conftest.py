@@ -133,6 +133,37 @@ class _Kit:
         return dict(os.environ)
 
 
+def _run_together(script: str, n: int, *args: str, timeout: float = 120) -> list[str]:
+    """Run ``n`` separate interpreters of ``python -c script START *args`` and return their stdout
+    (stripped); each must exit 0. START (``sys.argv[1]``) is one wall-clock moment, a few seconds
+    ahead so that every interpreter has imported the kit, at which the script does its work: the
+    processes act together, as n commands typed at once or n jobs on one node would. Interpreters
+    of their own, not forks of the pytest worker: a fork copies locks other threads of the worker
+    may hold, and a child that inherits a held lock hangs (seen after test_driver_lifecycle)."""
+    start = time.time() + 3.0 + 0.3 * n
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(start), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(n)
+    ]
+    outs = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=timeout)
+        assert proc.returncode == 0, err[-2000:]
+        outs.append(out.strip())
+    return outs
+
+
+@pytest.fixture
+def run_together():
+    """:func:`_run_together` (tests cannot import conftest)."""
+    return _run_together
+
+
 @pytest.fixture
 def kit() -> type[_Kit]:
     return _Kit

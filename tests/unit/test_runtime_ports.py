@@ -7,7 +7,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -26,33 +25,19 @@ _RESERVE = """
 import json, sys, time
 from pathlib import Path
 from grpokit.runtime import ports
-ports.REGISTRY = Path(sys.argv[1])
-time.sleep(max(0.0, float(sys.argv[2]) - time.time()))  # every process asks at the same moment
+start = float(sys.argv[1])
+ports.REGISTRY = Path(sys.argv[2])
+time.sleep(max(0.0, start - time.time()))  # every process asks at the same moment
 print(json.dumps(ports.reserve_ports(9, contiguous=200, host="127.0.0.1")), flush=True)
-time.sleep(float(sys.argv[3]) - time.time())  # keep the reservation alive until all have reserved
+time.sleep(max(0.0, start + 5.0 - time.time()))  # keep the reservation alive until all have reserved
 """
 
 
 @pytest.mark.timeout(120)
-def test_processes_reserving_at_the_same_moment_get_disjoint_ports(registry):
-    # separate interpreters (as jobs on one node are), not forks of this pytest process: a fork
-    # copies locks other threads of the worker may hold, and such a child can hang
+def test_processes_reserving_at_the_same_moment_get_disjoint_ports(registry, run_together):
+    # separate interpreters, as jobs on one node are (conftest's run_together)
     n = 8
-    start = time.time() + 3.0 + 0.3 * n
-    children = [
-        subprocess.Popen(
-            [sys.executable, "-c", _RESERVE, str(registry), str(start), str(start + 5.0)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(n)
-    ]
-    results = []
-    for c in children:
-        out, err = c.communicate(timeout=60)
-        assert c.returncode == 0, err[-2000:]
-        results.append(json.loads(out))
+    results = [json.loads(out) for out in run_together(_RESERVE, n, str(registry), timeout=60)]
     sets = []
     for r in results:
         *singles, block = r

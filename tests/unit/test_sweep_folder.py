@@ -6,9 +6,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -88,7 +85,7 @@ import os, sys, time
 from pathlib import Path
 from grpokit.run_folder import claim as folder
 from grpokit.run_folder.claim import SweepFolderError
-logs_root, name, generated, start = sys.argv[1], sys.argv[2], sys.argv[3] == "1", float(sys.argv[4])
+start, logs_root, name, generated = float(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "1"
 time.sleep(max(0.0, start - time.time()))  # every process claims at the same moment
 try:
     c = folder.claim(Path(logs_root), name, generated=generated, resume=False)
@@ -101,40 +98,22 @@ print(c.name)
 """
 
 
-def _race(tmp_path: Path, name: str, generated: bool, n: int = 6) -> list[str]:
-    """``n`` separate Python processes (as ``n`` sweep commands typed at once) claim ``name`` at one
-    moment. Processes of their own, not a fork of this one: a fork copies locks that other threads
-    of the pytest process may hold (a worker runs whole files one after another), and a child that
-    inherits a held lock hangs (seen after test_driver_lifecycle in one process)."""
-    start = time.time() + 3.0 + 0.3 * n  # after every interpreter has imported the kit
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _CLAIM, str(tmp_path), name, "1" if generated else "0", str(start)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(n)
-    ]
-    results = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err[-2000:]
-        results.append(out.strip())
-    return results
+def _race(run_together, tmp_path: Path, name: str, generated: bool, n: int = 6) -> list[str]:
+    """``n`` separate Python processes (as ``n`` sweep commands typed at once) claim ``name`` at one moment."""
+    return run_together(_CLAIM, n, str(tmp_path), name, "1" if generated else "0")
 
 
-def test_generated_names_claimed_at_the_same_moment_get_one_folder_each(tmp_path):
+def test_generated_names_claimed_at_the_same_moment_get_one_folder_each(tmp_path, run_together):
     base = "gsm8k_grpo_20260101-120000"
-    names = _race(tmp_path, base, generated=True)
+    names = _race(run_together, tmp_path, base, generated=True)
     assert sorted(names) == sorted([base] + [f"{base}-{k}" for k in range(2, 7)])
     for name in names:  # each folder's claim holds exactly its own owner's submission
         lines = (tmp_path / name / SUBMISSIONS).read_text().splitlines()
         assert len(lines) == 1
 
 
-def test_an_explicit_name_claimed_at_the_same_moment_has_exactly_one_owner(tmp_path):
-    results = _race(tmp_path, "lr_sweep", generated=False)
+def test_an_explicit_name_claimed_at_the_same_moment_has_exactly_one_owner(tmp_path, run_together):
+    results = _race(run_together, tmp_path, "lr_sweep", generated=False)
     assert results.count("lr_sweep") == 1
     refused = [r for r in results if r.startswith("refused")]
     assert len(refused) == 5

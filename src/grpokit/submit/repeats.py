@@ -49,17 +49,17 @@ def earlier_sweeps(logs_root: Path, experiment: str, points: list[list[str]]) ->
     """Earlier (not dry-run) sweeps of ``experiment`` under ``logs_root`` holding any of ``points``
     (each a point's command-line overrides), newest first. Unreadable manifests are skipped."""
     wanted = {_key(p) for p in points}
-    folders = [p for p in Path(logs_root).glob("*/") if SweepFolder(p).manifest.is_file()]
-    folders.sort(key=lambda p: SweepFolder(p).manifest.stat().st_mtime, reverse=True)
+    manifests = [m for m in (SweepFolder(p).manifest for p in Path(logs_root).glob("*/")) if m.is_file()]
+    manifests.sort(key=lambda m: m.stat().st_mtime, reverse=True)
     repeats = []
-    for path in folders[:NEWEST]:
+    for path in manifests[:NEWEST]:
         try:
-            manifest = json.loads(SweepFolder(path).manifest.read_text())
+            manifest = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
         if manifest.get("dry_run") or manifest.get("experiment") != experiment:
             continue
         same = sum(1 for p in manifest.get("points") or [] if _key(p.get("overrides") or []) in wanted)
         if same:
-            repeats.append(Repeat(path.name, same, str(manifest.get("created", "?"))))
+            repeats.append(Repeat(path.parent.name, same, str(manifest.get("created", "?"))))
     return repeats

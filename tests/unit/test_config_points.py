@@ -150,3 +150,22 @@ def test_points_derived_from_the_first_equal_their_full_composition(base):
         fast, full = (OmegaConf.to_container(c, resolve=False) for c in (load(overrides), compose_kit(overrides)))
         fast.pop("hydra"), full.pop("hydra")  # Hydra's own bookkeeping (the override list) differs
         assert fast == full
+
+
+@pytest.mark.parametrize("experiment", ["gsm8k_grpo", "memalpha_grpo", "memalpha_grpo_full", "tool_memory_grpo"])
+def test_raw_leaves_reads_what_omegaconf_gives(base, experiment):
+    # verl_overrides reads the raw leaves of verl's tree once per point through its own walk;
+    # it must give what OmegaConf's to_container gives, for every shipped experiment and for the
+    # node kinds verl's tree holds: {}, None, ???, a list, and a mapping or list that is an interpolation.
+    from omegaconf import OmegaConf
+
+    from grpokit.config.overrides import _leaves, raw_leaves
+
+    cfg = compose_kit([*base, f"experiment={experiment}"])
+    assert raw_leaves(cfg.verl) == dict(_leaves(OmegaConf.to_container(cfg.verl, resolve=False)))
+    odd = OmegaConf.create(
+        {"a": {}, "b": None, "c": "???", "d": [1, {"x": "${a}"}], "e": {"f": "${b}", "g": [2]}, "h": "${e}"}
+    )
+    odd.i = OmegaConf.create({"j": 1})
+    OmegaConf.update(odd, "i", "${a}", merge=False)  # a mapping node replaced by an interpolation
+    assert raw_leaves(odd) == dict(_leaves(OmegaConf.to_container(odd, resolve=False)))

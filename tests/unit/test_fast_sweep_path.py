@@ -109,17 +109,24 @@ from grpokit.validate import SweepValidationError, check_each, overlap, validate
 from grpokit.config.compose import compose_kit
 from grpokit.submit.sweep import PointLoader, build_points
 
+assert overlap._workers() == 2, "this test needs two cores (the machines CI runs on have two)"
 assert overlap.start()  # as `grpokit sweep` does: fork before composing
 points = json.loads(sys.argv[1])
-specs = build_points(None, PointLoader(compose_kit, points[0]), points)
+specs = build_points(None, PointLoader(compose_kit, points[0]), points, on_point=overlap.feed)  # streamed
 problems, _printed = overlap.take(specs)
-assert problems == check_each(specs) and len(problems) == 1 and problems[0].point == specs[1].name, problems
+mine = check_each(specs)
+assert problems == mine and [p.point for p in problems] == [specs[1].name, specs[2].name], (problems, mine)
 assert overlap.take(specs) is None  # one request per validator: a second call validates itself
 
 assert overlap.start()
-os.kill(overlap._current.pid, signal.SIGKILL)  # the child this script forked dies
+for spec in specs:
+    overlap.feed(spec)
+assert overlap.take(specs[:2]) is None  # not the points fed: no answer (the command validates itself)
+
+assert overlap.start()
+os.kill(overlap._current.pid, signal.SIGKILL)  # the first worker dies (before forking the second)
 try:
-    validate_points(specs)  # no answer from the child: validated here, the same problem
+    validate_points(specs)  # no answer from the workers: validated here, the same problems
     raise SystemExit("no problem found")
 except SweepValidationError as err:
     assert specs[1].name in str(err) and specs[0].name not in str(err), str(err)
@@ -129,15 +136,16 @@ print("ok")
 
 def test_the_forked_validator_finds_what_the_command_finds_itself_and_a_dead_one_changes_nothing(base):
     # A fresh interpreter, as the command: overlap.start forks only a process with one thread, and
-    # this pytest process runs others.
+    # this pytest process runs others. Points 1 and 2 fail verl's validate_config (7 x 1 on 2 GPUs);
+    # with two workers they are checked by different processes and must come back in point order.
     import json
     import subprocess
     import sys
 
     points = [
         [*base, "cluster.gpus_per_node=2", f"verl.data.train_batch_size={b}", "verl.actor_rollout_ref.rollout.n=1"]
-        for b in (8, 7, 16)
-    ]  # verl's validate_config refuses 7 x 1 on 2 GPUs; the others pass
+        for b in (8, 7, 7, 16)
+    ]
     out = subprocess.run(
         [sys.executable, "-c", _VALIDATOR, json.dumps(points)], capture_output=True, text=True, timeout=600
     )

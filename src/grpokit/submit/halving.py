@@ -77,6 +77,11 @@ class HalvingPlan:
         return {**dataclasses.asdict(self), "rungs": list(self.rungs)}
 
 
+def requested(section: Mapping | None) -> bool:
+    """Whether the command's ``halving`` section asks for successive halving (``halving.rungs`` set)."""
+    return (section or {}).get("rungs") not in (None, "null", [])
+
+
 def plan_of(section: Mapping | None, specs: list[PointSpec], swept: list[str], opts: Mapping) -> HalvingPlan | None:
     """The plan of the command's ``halving`` section; None when ``halving.rungs`` is unset.
 
@@ -85,10 +90,10 @@ def plan_of(section: Mapping | None, specs: list[PointSpec], swept: list[str], o
             (no ``trainer.total_training_steps`` above the last rung, no checkpoints, no validation
             for ``val_acc``, not on Slurm, ``resume``/``wait``), naming the point and key.
     """
+    if not requested(section):
+        return None
     section = dict(section or {})
     rungs = section.get("rungs")
-    if rungs in (None, "null", []):
-        return None
     bad_swept = [k for k in swept if k.startswith("halving.")]
     if bad_swept:
         raise HalvingError(f"{bad_swept[0]} is swept; one sweep has one halving plan: give it one value")

@@ -35,7 +35,7 @@ from grpokit.submit import resume as resume_mod
 from grpokit.submit.dry_run_summary import dry_run_summary
 from grpokit.submit.task import RunPointTask
 from grpokit.submit.wait import attempt_counts, wait_for
-from grpokit.validate import Problem, SweepValidationError, validate_points
+from grpokit.validate import Problem, SweepValidationError, overlap, validate_points
 
 log = logging.getLogger(__name__)
 
@@ -60,17 +60,29 @@ def swept_keys(job_overrides: list[list[str]]) -> list[str]:
 
 
 def build_points(
-    config: DictConfig, load, job_overrides: list[list[str]], first_index: int = 0, name: str | None = None
+    config: DictConfig,
+    load,
+    job_overrides: list[list[str]],
+    first_index: int = 0,
+    name: str | None = None,
+    on_point=None,
 ) -> list[PointSpec]:
     """One :class:`PointSpec` per point; ``load`` composes a point's kit config (:class:`PointLoader`,
-    or any ``load(overrides) -> DictConfig``); ``name``: the sweep's name, set on every point.
+    or any ``load(overrides) -> DictConfig``); ``name``: the sweep's name, set on every point;
+    ``on_point(spec)``: called with each point as soon as it is built (the sweep hands it to the
+    forked validator, :func:`grpokit.validate.overlap.feed`).
 
     Raises:
         SweepValidationError: a point does not compose (a value that does not fit its key), named.
     """
     keys = swept_keys(job_overrides)
+    specs = []
     with cached_interpolation_parsing():  # every point resolves the same ${...} texts of verl's config
-        return [_build(load, overrides, first_index + i, keys, name) for i, overrides in enumerate(job_overrides)]
+        for i, overrides in enumerate(job_overrides):
+            specs.append(_build(load, overrides, first_index + i, keys, name))
+            if on_point is not None:
+                on_point(specs[-1])
+    return specs
 
 
 def _build(load, overrides: list[str], index: int, keys: list[str], name: str | None) -> PointSpec:
@@ -285,7 +297,10 @@ def launch_sweep(
         check_before_validation(opts["logs_root"] / opts["name"], resume=opts["resume"], generated=opts["generated"])
     except SweepFolderError as exc:
         _refuse(str(exc))
-    specs = build_points(config, load, job_overrides, first_index, name=opts["name"])
+    # Each point goes to the forked validator as soon as it is built, unless successive halving
+    # will change the points first (their targets become the first rung).
+    stream = overlap.feed if not halving.requested(first.get("halving")) else None
+    specs = build_points(config, load, job_overrides, first_index, name=opts["name"], on_point=stream)
     try:  # successive halving (halving.rungs): every point's first target is the first rung
         plan = halving.plan_of(first.get("halving"), specs, swept_keys(job_overrides), opts)
     except halving.HalvingError as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from collections.abc import Iterable, Iterator
 
 from omegaconf import DictConfig
 
@@ -16,7 +17,7 @@ from grpokit.config.point import PointSpec
 from grpokit.validate import data_steps, gpu_plan, kit_checks, model_checks, slurm_request, verl_check
 from grpokit.validate.problems import Problem, SweepValidationError
 
-__all__ = ["Problem", "SweepValidationError", "validate_point", "validate_points"]
+__all__ = ["Problem", "SweepValidationError", "check_each", "check_stream", "validate_point", "validate_points"]
 
 
 def validate_point(spec: PointSpec) -> tuple[DictConfig | None, list[Problem]]:
@@ -43,13 +44,9 @@ def _composed_checks(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
 
 
 def validate_points(specs: list[PointSpec]) -> None:
-    """Validate every point (each as :func:`validate_point` does); raise one error listing all problems.
-
-    The first point's verl config is composed from verl's defaults; a point that differs from it only
-    in values is checked on that same config with its own values applied in place and the first
-    point's put back after (:class:`grpokit.config.override_step.Workspace`): no copy of verl's
-    complete config per point. A point whose values do not apply is composed on its own, so its
-    problem reads as :func:`validate_point` words it.
+    """Validate every point (each as :func:`validate_point` does, see :func:`check_stream`); raise
+    one error listing all problems. The checks run in the forked validator when there is one
+    (:mod:`grpokit.validate.overlap`), else here.
 
     Raises:
         SweepValidationError: at least one point has a problem (nothing may be submitted).
@@ -69,38 +66,46 @@ def validate_points(specs: list[PointSpec]) -> None:
 
 def check_each(specs: list[PointSpec]) -> list[Problem]:
     """The problems of every point, each checked as :func:`validate_point` does (in the order of ``specs``)."""
-    from grpokit.config.override_step import cached_interpolation_parsing
-
-    with cached_interpolation_parsing():  # every point resolves the same ${...} texts of verl's config
-        return _validate_each(specs)
+    return [p for found in check_stream(specs) for p in found]
 
 
-def _validate_each(specs: list[PointSpec]) -> list[Problem]:
-    from grpokit.config.override_step import Workspace
+def check_stream(specs: Iterable[PointSpec]) -> Iterator[list[Problem]]:
+    """The problems of each point as :func:`validate_point` finds them, one list per point, in order.
+
+    ``specs`` may be a stream (points arriving while earlier ones are checked: the forked
+    validator of :mod:`grpokit.validate.overlap`). The first point's verl config is composed from
+    verl's defaults; a point that differs from it only in values is checked on that same config
+    with its own values applied in place and the first point's put back after
+    (:class:`grpokit.config.override_step.Workspace`): no copy of verl's complete config per point.
+    A point whose values do not apply is composed on its own, so its problem reads as
+    :func:`validate_point` words it. OmegaConf's interpolation parsing is memoised while the
+    stream is consumed (:func:`grpokit.config.override_step.cached_interpolation_parsing`).
+    """
+    from grpokit.config.override_step import Workspace, cached_interpolation_parsing
     from grpokit.config.overrides import flat_base
 
-    problems: list[Problem] = []
     workspace: Workspace | None = None
-    for spec in specs:
-        delta = workspace.delta(spec.verl_overrides) if workspace is not None else None
-        if delta is None:
-            cfg, found = validate_point(spec)
-            if workspace is None and cfg is not None:
-                # its checks are done: the workspace may own it; verl's raw defaults for keys a point leaves out
-                workspace = Workspace(cfg, spec.verl_overrides, defaults=flat_base())
-            problems += found
-            continue
-        try:
-            applied = workspace.point(delta)
-            cfg = applied.__enter__()
-        except Exception:  # a value that does not fit its key: composed alone, for verl_check's wording
-            problems += validate_point(spec)[1]
-            continue
-        try:
-            problems += verl_check.check_added_keys(spec) + _composed_checks(spec, cfg)
-        finally:
-            applied.__exit__(None, None, None)
-    return problems
+    with cached_interpolation_parsing():  # every point resolves the same ${...} texts of verl's config
+        for spec in specs:
+            delta = workspace.delta(spec.verl_overrides) if workspace is not None else None
+            if delta is None:
+                cfg, found = validate_point(spec)
+                if workspace is None and cfg is not None:
+                    # its checks are done: the workspace may own it; verl's raw defaults for keys a point leaves out
+                    workspace = Workspace(cfg, spec.verl_overrides, defaults=flat_base())
+                yield found
+                continue
+            try:
+                applied = workspace.point(delta)
+                cfg = applied.__enter__()
+            except Exception:  # a value that does not fit its key: composed alone, for verl_check's wording
+                found = validate_point(spec)[1]
+            else:
+                try:
+                    found = verl_check.check_added_keys(spec) + _composed_checks(spec, cfg)
+                finally:
+                    applied.__exit__(None, None, None)
+            yield found
 
 
 def check_sweep(specs: list[PointSpec]) -> list[Problem]:

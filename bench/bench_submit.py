@@ -9,13 +9,17 @@ In one run, so that both see the same machine load:
    when its 27 tasks appear in squeue.
 2. The same 27 points through the kit (``launch/sweep.py -m``): every point composed with verl's
    schema, verl's validate_config and the kit's checks, manifest, one array; it returns once queued.
+   First with no verl verdict kept (a cache folder of the bench's own holding only verl's composed
+   defaults: the first command of a sweep), then the same points again as another sweep, whose
+   configs verl passed in the first (``grpokit.validate.verl_verdicts``: a dry run and then the
+   real command, ``resume=true``, a sweep sent again), where the command does not import verl.
 3. 1000 points (10 x 10 x 10) through the kit, validated and submitted to the same cluster as
    arrays of at most MaxArraySize tasks. They are submitted held (``sbatch --hold``, through
    ``cluster.additional_parameters``): a real submission that never takes a node of the shared
    cluster from anyone; the bench cancels them (its own arrays only, by job name) right after.
 
 Every job is cancelled right away (by the bench's job names only). Prints each time, the 27-point
-ratio kit / bare (target <= 2x), and the 1000-point time with its marginal cost per point
+ratios kit / bare (target <= 2x), and the 1000-point time with its marginal cost per point
 ((t1000 - t27) / 973; targets < 60 s and <= 50 ms).
 """
 
@@ -48,7 +52,7 @@ def squeue_count(name: str) -> int:
     return len(out.stdout.split())
 
 
-def kit_submit(tmp: Path, model: Path, data: Path, axes: list[str], name: str, extra: list[str]) -> float:
+def kit_submit(tmp: Path, model: Path, data: Path, axes: list[str], name: str, extra: list[str], env: dict) -> float:
     args = [
         "-m",
         "cluster=slurm_local",
@@ -70,7 +74,9 @@ def kit_submit(tmp: Path, model: Path, data: Path, axes: list[str], name: str, e
         *axes,
     ]
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, str(REPO / "launch" / "sweep.py"), *args], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, str(REPO / "launch" / "sweep.py"), *args], capture_output=True, text=True, env=env
+    )
     elapsed = time.perf_counter() - start
     subprocess.run(["scancel", "-n", name])
     if out.returncode != 0:
@@ -111,6 +117,20 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def cache_without_verdicts(tmp: Path) -> dict:
+    """The environment of a kit command whose cache folder holds verl's composed defaults and no verdict."""
+    import shutil
+
+    from grpokit.config.verl_schema import cache_dir, verl_base
+
+    verl_base()  # composed (or read) once, as any earlier command would have left it
+    cache = tmp / "cache"
+    cache.mkdir()
+    for pickle in cache_dir().glob("verl_defaults-*.pickle"):
+        shutil.copy(pickle, cache)
+    return {**os.environ, "GRPOKIT_CACHE_DIR": str(cache)}
+
+
 def main() -> None:
     from grpokit.models import build_model
     from grpokit.tasks.gsm8k.data import build
@@ -121,21 +141,27 @@ def main() -> None:
         model = build_model(tmp / "tiny", like="tiny")
         data = tmp / "gsm8k"
         build(os.environ.get("GRPOKIT_GSM8K_SOURCE", str(REPO.parent / "shared" / "data" / "gsm8k")), data)
+        env = cache_without_verdicts(tmp)
         print(f"load average at the start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
         print(f"{'':40s}{'wall s':>10s}{'CPU s':>10s}", flush=True)
         cpu = cpu_seconds()
         bare = bare_submit(tmp)
         cpu_bare, cpu = cpu_seconds() - cpu, cpu_seconds()
         print(f"{'27 points, bare hydra-submitit (no checks)':40s}{bare:10.1f}{cpu_bare:10.1f}", flush=True)
-        kit = kit_submit(tmp, model, data, AXES, "bench_kit", [])
+        kit = kit_submit(tmp, model, data, AXES, "bench_kit", [], env)
         cpu_kit, cpu = cpu_seconds() - cpu, cpu_seconds()
         print(f"{'27 points, grpokit (validate + submit)':40s}{kit:10.1f}{cpu_kit:10.1f}", flush=True)
+        again = kit_submit(tmp, model, data, AXES, "bench_kit_again", [], env)
+        cpu_again, cpu = cpu_seconds() - cpu, cpu_seconds()
+        print(f"{'  the same 27 again, verl passed them':40s}{again:10.1f}{cpu_again:10.1f}", flush=True)
         # held: queued for real, never started on the shared cluster (see the module docstring)
-        kit1000 = kit_submit(tmp, model, data, AXES_1000, "bench_kit1000", ["+cluster.additional_parameters.hold=true"])
+        hold = ["+cluster.additional_parameters.hold=true"]
+        kit1000 = kit_submit(tmp, model, data, AXES_1000, "bench_kit1000", hold, env)
         cpu_kit1000 = cpu_seconds() - cpu
         print(f"{'1000 points, grpokit (validate + submit)':40s}{kit1000:10.1f}{cpu_kit1000:10.1f}", flush=True)
     print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"ratio kit / bare, 27 points: {kit / bare:.2f}x wall, {cpu_kit / cpu_bare:.2f}x CPU (target <= 2x)")
+    print(f"  the same points again: {again / bare:.2f}x wall, {cpu_again / cpu_bare:.2f}x CPU")
     marginal = (kit1000 - kit) / (1000 - 27)
     print(f"1000 points: {kit1000:.1f} s (< 60 s), {1000 * marginal:.0f} ms per point beyond 27 (target <= 50)")
     print(f"  CPU: {cpu_kit1000:.1f} s, {1000 * (cpu_kit1000 - cpu_kit) / (1000 - 27):.0f} ms per point beyond 27")

@@ -109,7 +109,7 @@ from grpokit.validate import SweepValidationError, check_each, overlap, validate
 from grpokit.config.compose import compose_kit
 from grpokit.submit.sweep import PointLoader, build_points
 
-assert overlap._workers() == 2, "this test needs two cores (the machines CI runs on have two)"
+assert overlap._workers() >= 2, "this test needs two cores or more (the machines CI runs on have two)"
 assert overlap.start()  # as `grpokit sweep` does: fork before composing
 points = json.loads(sys.argv[1])
 specs = build_points(None, PointLoader(compose_kit, points[0]), points, on_point=overlap.feed)  # streamed

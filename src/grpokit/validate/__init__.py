@@ -46,13 +46,16 @@ def _composed_checks(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
 def validate_points(specs: list[PointSpec]) -> None:
     """Validate every point (each as :func:`validate_point` does, see :func:`check_stream`); raise
     one error listing all problems. The checks run in the forked validator when there is one
-    (:mod:`grpokit.validate.overlap`), else here.
+    (:mod:`grpokit.validate.overlap`), else here; here also when verl passed every point's config
+    before (:mod:`grpokit.validate.verl_verdicts`): then verl is not imported at all.
 
     Raises:
         SweepValidationError: at least one point has a problem (nothing may be submitted).
     """
-    from grpokit.validate import overlap
+    from grpokit.validate import overlap, verl_verdicts
 
+    if all(verl_verdicts.passed(s) for s in specs):  # verl passed every config before: no need to import it
+        overlap.stop()
     answer = overlap.take(specs)  # the same checks, run by the process that imported verl meanwhile
     if answer is None:
         problems = check_each(specs)

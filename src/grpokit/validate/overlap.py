@@ -3,8 +3,9 @@
 Importing verl (torch, tensordict, ray, transformers: about 7 s of CPU) is most of a sweep
 command's fixed cost, and only verl's ``validate_config`` needs it; composing the kit's config
 and building the points need none of it. :func:`start` forks the command's process before Hydra
-runs; that child imports verl and composes verl's defaults, then forks a second worker (a copy
-with verl already imported, no second import), and both wait for points.
+runs; that child imports verl and composes verl's defaults, then forks the other workers (copies
+with verl already imported, no second import; one worker per core, at most four), and all wait
+for points.
 
 The command hands each point over as soon as it is built (:func:`feed`; point ``i`` goes to
 worker ``i mod workers``), so the workers validate early points while the command builds later
@@ -43,13 +44,13 @@ _current: _Validator | None = None
 
 
 def _workers() -> int:
-    """Validating processes: two where this process may run on two cores (the command builds
-    points meanwhile, so a third would only take turns with it), else one."""
+    """Validating processes: one per core this process may run on, at most four (on two cores the
+    command builds points several times faster than verl checks them, so two workers pay)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
-    return 2 if cores >= 2 else 1
+    return max(1, min(4, cores))
 
 
 class _Writer(threading.Thread):
@@ -94,7 +95,9 @@ class _Validator:
             writer.join()
         return not any(w.failed for w in self.writers)
 
-    def close(self) -> None:
+    def close(self, answered: bool = False) -> None:
+        """End the workers: killed, or when ``answered`` left to exit on their own (the first waits
+        for the second, so that both count in this process's children's CPU time)."""
         if any(w.is_alive() for w in self.writers):  # not ended: end the streams, whatever they hold
             for writer in self.writers:
                 writer.failed = True
@@ -103,8 +106,9 @@ class _Validator:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.replies = []
-        with contextlib.suppress(OSError):
-            os.kill(self.pid, signal.SIGKILL)  # the first worker, a child of this process, by its own id
+        if not answered:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)  # the first worker, a child of this process, by its own id
         with contextlib.suppress(OSError):
             os.waitpid(self.pid, 0)
         # the second worker (the first's child) reads end of stream or a closed reply pipe and exits
@@ -169,6 +173,7 @@ def take(specs: list) -> tuple[list, str] | None:
     validator, _current = _current, None
     if validator is None:
         return None
+    answers = None
     try:
         if not validator.fed:
             for spec in specs:
@@ -178,9 +183,11 @@ def take(specs: list) -> tuple[list, str] | None:
             return None
         answers = [_receive(fd) for fd in validator.replies]
     except (OSError, EOFError, pickle.PickleError, struct.error, TypeError, AttributeError):
-        return None
+        answers = None
     finally:
-        validator.close()
+        validator.close(answered=answers is not None)
+    if answers is None:
+        return None
     if not all(isinstance(a, tuple) and a[0] == "ok" for a in answers):
         return None
     per_worker = [a[1] for a in answers]
@@ -206,7 +213,7 @@ def _first_worker(channels: list[tuple[int, int]]) -> None:
 
     verl_base()
     flat_base()
-    served_here = [channels[0]]
+    served_here, forked = [channels[0]], []
     for request_r, reply_w in channels[1:]:
         try:  # a fork copies the locks other threads hold: only while this process has one thread
             pid = os.fork() if threading.active_count() == 1 else -1
@@ -226,10 +233,14 @@ def _first_worker(channels: list[tuple[int, int]]) -> None:
         if pid < 0:  # no second worker: this one serves that channel too, after its own
             served_here.append((request_r, reply_w))
         else:
+            forked.append(pid)
             os.close(request_r)
             os.close(reply_w)
     for channel in served_here:
         _serve(*channel)
+    for pid in forked:  # its CPU time counts in this process's children's, hence in the command's
+        with contextlib.suppress(OSError):
+            os.waitpid(pid, 0)
 
 
 def _serve(request_fd: int, reply_fd: int) -> None:

@@ -166,15 +166,37 @@ def run_validate_config(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
     """verl's own ``validate_config`` (batch divisibility, micro batches, ...), as verl runs it.
 
     What verl prints while checking ("All configuration checks passed", the critic warning) is
-    captured: a sweep of many points would print it once per point.
+    captured: a sweep of many points would print it once per point. A config verl passed before
+    is not checked again (:mod:`grpokit.validate.verl_verdicts`). verl first checks the config
+    with the run's names hidden (``???``): a pass then holds whatever the names are and is kept for
+    later commands; a failure is checked again as it is, so the problem is verl's word on the
+    point's own config.
     """
+    from grpokit.validate import verl_verdicts
+
+    checked = _without_vllm_checks(cfg)
+    if verl_verdicts.passed(spec):
+        return []
+    with verl_verdicts.names_hidden(checked):
+        problem, opened = _validate_config(spec, checked, cfg)
+    if problem is None:
+        if not opened:  # the verdict rests on the config alone
+            verl_verdicts.record(spec)
+        return []
+    problem, _ = _validate_config(spec, checked, cfg)
+    return [] if problem is None else [problem]
+
+
+def _validate_config(spec: PointSpec, checked: DictConfig, cfg: DictConfig) -> tuple[Problem | None, list[str]]:
+    """verl's ``validate_config`` on ``checked``: (its problem or None, the files it opened)."""
+    from grpokit.validate import verl_verdicts
+
     lean_imports()  # the sweep's first import of verl
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
-    checked = _without_vllm_checks(cfg)
     try:
-        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings(), verl_verdicts.watch() as opened:
             warnings.simplefilter("ignore")
             validate_config(
                 config=checked, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg)
@@ -186,5 +208,5 @@ def run_validate_config(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
         message = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
         key = f"verl.{match.group(1)}" if match else _key_in(message, spec)
         fix = next((f for words, _, f in _KNOWN_MESSAGES if words in message), "change the setting verl names")
-        return [Problem(spec.name, key, f"verl's validate_config: {message}", fix)]
-    return []
+        return Problem(spec.name, key, f"verl's validate_config: {message}", fix), list(opened)
+    return None, list(opened)

@@ -118,6 +118,8 @@ def names_hidden(cfg: DictConfig) -> Iterator[None]:
         for key in NAME_KEYS:
             parent_key, leaf = key.rsplit(".", 1)
             parent = OmegaConf.select(cfg, parent_key)
+            if not OmegaConf.is_dict(parent) or leaf not in parent:
+                continue  # a config without it: nothing to hide
             saved.append((parent, leaf, parent._get_node(leaf)._value()))
             parent[leaf] = "???"
         yield

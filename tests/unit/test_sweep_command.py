@@ -48,3 +48,32 @@ def test_a_point_that_failed_here_makes_the_command_exit_1_naming_it(tmp_path, c
 def test_points_that_completed_or_were_skipped_here_leave_the_command_at_0(tmp_path):
     specs = [_point(tmp_path, "000_ok", "completed"), _point(tmp_path, "001_nogpu", "skipped_no_gpu")]
     sweep._exit_if_failed_here(specs, [0, 0])  # returns: no SystemExit
+
+
+def test_hydra_learns_the_mode_without_composing_and_runs_the_same_multirun(tmp_path):
+    """``mode_without_composing`` answers Hydra's ``get_mode`` with None without composing: the
+    answer Hydra's own composition gives for the kit's config, which leaves ``hydra.mode`` unset."""
+    from hydra._internal.hydra import Hydra
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+
+    from grpokit.cli.sweep import mode_without_composing
+    from grpokit.config import store
+    from grpokit.paths import CONFIG_DIR
+
+    store.register()
+    GlobalHydra.instance().clear()
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        hydra = GlobalHydra.instance().hydra
+        overrides = ["verl.data.train_batch_size=8,16"]
+        cfg = hydra.compose_config(  # what Hydra's get_mode composes, to read hydra.mode from it
+            "config", overrides, run_mode=RunMode.MULTIRUN, with_log_configuration=False, validate_sweep_overrides=False
+        )
+        assert "verl" in cfg and cfg.hydra.mode is None
+        assert hydra.get_mode(config_name="config", overrides=overrides) is None
+        with mode_without_composing():
+            assert hydra.get_mode(config_name="config", overrides=overrides) is None
+        assert Hydra.get_mode is not None and hydra.get_mode.__func__ is Hydra.get_mode  # put back
+    GlobalHydra.instance().clear()

@@ -12,6 +12,7 @@ and resubmit.py.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import hydra
@@ -41,6 +42,28 @@ def as_sweep(argv: list[str]) -> list[str]:
     if any(a in _MODE_FLAGS or a.startswith(("--cfg=", "--info=")) for a in argv):
         return argv
     return ["-m", *argv]
+
+
+@contextlib.contextmanager
+def mode_without_composing():
+    """Within the block, Hydra learns a command's mode without composing the whole config for it.
+
+    Hydra 1.3 composes the config once only to read ``hydra.mode`` (``Hydra.get_mode``), then
+    again to run; with the kit's config (verl's whole tree inside) that is about 0.6 s. The kit's
+    config leaves ``hydra.mode`` unset, for which ``get_mode`` answers None, and every kit command
+    is a multirun (:func:`as_sweep`), which Hydra then runs with ``hydra.mode=MULTIRUN``; so
+    answering None without composing runs the same sweep (``tests/unit/test_sweep_command.py``
+    checks the kit's config leaves the mode unset). A ``hydra.mode=RUN`` typed with ``-m`` loses
+    only Hydra's warning that it is overridden.
+    """
+    from hydra._internal.hydra import Hydra
+
+    original = Hydra.get_mode
+    Hydra.get_mode = lambda self, config_name, overrides: None
+    try:
+        yield
+    finally:
+        Hydra.get_mode = original
 
 
 def preflight(argv: list[str]) -> list[str]:
@@ -118,7 +141,8 @@ def entry(argv: list[str] | None = None) -> int:
 
         store.register()  # verl's defaults in Hydra's config store
         try:
-            main()
+            with mode_without_composing():
+                main()
         except SystemExit as exc:  # Hydra's main exits on its own
             return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         return 0

@@ -16,11 +16,21 @@ from grpokit.config.verl_schema import verl_base
 GROUP = "verl_base"
 
 
+#: The verl defaults object stored last (a command registers before its preflight and again for Hydra).
+_stored: list[object] = []
+
+
 def register() -> None:
     """Store verl's defaults as ``verl_base/ppo_trainer``, the kit's typed sections
-    (:func:`grpokit.config.schema.register`) and register the kit's resolvers."""
+    (:func:`grpokit.config.schema.register`) and register the kit's resolvers.
+
+    Once per process for the same verl defaults (:func:`grpokit.config.verl_schema.verl_base`'s
+    object); a second call with them stored already is free.
+    """
     resolvers.register()
     schema.register()
-    ConfigStore.instance().store(
-        group=GROUP, name="ppo_trainer", node=OmegaConf.to_container(verl_base(), resolve=False)
-    )
+    base = verl_base()
+    if _stored and _stored[0] is base and ConfigStore.instance().repo.get(GROUP, {}).get("ppo_trainer.yaml"):
+        return
+    ConfigStore.instance().store(group=GROUP, name="ppo_trainer", node=OmegaConf.to_container(base, resolve=False))
+    _stored[:] = [base]

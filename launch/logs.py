@@ -2,7 +2,7 @@
 
 import sys
 
-from grpokit.cli.logs import entry
+from grpokit.cli import shim
 
 if __name__ == "__main__":
-    sys.exit(entry())
+    sys.exit(shim("logs"))

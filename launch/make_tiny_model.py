@@ -2,7 +2,7 @@
 
 import sys
 
-from grpokit.cli.make_tiny_model import entry
+from grpokit.cli import shim
 
 if __name__ == "__main__":
-    sys.exit(entry())
+    sys.exit(shim("make_tiny_model"))

@@ -2,7 +2,7 @@
 
 import sys
 
-from grpokit.cli.merge import entry
+from grpokit.cli import shim
 
 if __name__ == "__main__":
-    sys.exit(entry())
+    sys.exit(shim("merge"))

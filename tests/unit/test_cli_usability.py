@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,11 +34,14 @@ def make_sweep(folder: Path, n: int, name: str = "lr_sweep") -> Path:
     return folder
 
 
-def test_status_json_into_a_closed_pipe_ends_quietly(tmp_path):
+@pytest.mark.parametrize("command", ["grpokit status", "python launch/status.py"])
+def test_status_json_into_a_closed_pipe_ends_quietly(tmp_path, command):
     # Enough rows to fill the pipe's buffer, so the writer meets the closed end (`| head -c 100`).
+    # Both ways the README names the command: the console script and the checkout's shim.
     folder = make_sweep(tmp_path / "sw", 300)
+    program = GRPOKIT[0] + " status" if command == "grpokit status" else f"{sys.executable} {REPO}/launch/status.py"
     run = subprocess.run(
-        f"{GRPOKIT[0]} status {folder} --json | head -c 100 >/dev/null; echo rc=${{PIPESTATUS[0]}}",
+        f"{program} {folder} --json | head -c 100 >/dev/null; echo rc=${{PIPESTATUS[0]}}",
         shell=True,
         executable="/bin/bash",
         capture_output=True,

@@ -52,8 +52,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grpokit: unknown command '{name}'{hint}\n{_usage()}", file=sys.stderr)
         return 2
     sys.argv = [f"grpokit {name}", *rest]  # Hydra and argparse read the program name from here
+    return _run(module, rest)
+
+
+def shim(module: str) -> int:
+    """``python launch/<module>.py ...``: the command with this process's arguments, as ``grpokit``
+    runs it (a closed stdout included); the program name stays the script's."""
+    return _run(module, sys.argv[1:])
+
+
+def _run(module: str, argv: list[str]) -> int:
     try:
-        code = importlib.import_module(f"grpokit.cli.{module}").entry(rest)
+        code = importlib.import_module(f"grpokit.cli.{module}").entry(argv)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
     except BrokenPipeError:
         return _closed_stdout()

@@ -52,7 +52,7 @@ def composed(name: str) -> dict:
     spec = build_point(compose_kit(overrides), index=0, kit_overrides=overrides, swept={})
     keys = experiment_keys(name)
     verl = {o for o in spec.verl_overrides if o.lstrip("+").split("=", 1)[0] in keys}
-    out = {"verl": sorted(verl), "experiment": spec.experiment, "sidecars": spec.sidecars}
+    out = {"verl": sorted(verl), "experiment": spec.experiment, "sidecars": json.loads(spec.to_json())["sidecars"]}
     return json.loads(json.dumps(out, default=str).replace(str(package_file(".")).rstrip("/."), "<pkg>"))
 
 

@@ -92,7 +92,7 @@ def test_memalpha_smoke_has_the_reference_settings_and_sidecars(tiny_model_dir, 
     written = {  # the file's keys; the settings are complete with SidecarConf's defaults
         "kind": "vllm",
         "model": str(tiny_model_dir),
-        "served_model_name": answer["served_model_name"],
+        "served_model_name": answer.served_model_name,
         "dtype": "float16",
         "max_model_len": 2048,
         "gpu_memory_utilization": 0.55,
@@ -102,11 +102,11 @@ def test_memalpha_smoke_has_the_reference_settings_and_sidecars(tiny_model_dir, 
         "placement": "shared",
         "start_timeout_s": 600,
     }
-    assert {k: answer[k] for k in written} == written and answer["health_path"] == "/health"
-    assert answer["served_model_name"]
-    assert memory["kind"] == "memory_server" and memory["answer"] == "answer_llm"
-    assert memory["tokenizer"] == str(tiny_model_dir) and memory["top_k"] == 20
-    assert memory["reward_kwargs"] == {"memory_server_url": "{url}/batch_process"}
+    assert {k: getattr(answer, k) for k in written} == written and answer.health_path == "/health"
+    assert answer.served_model_name
+    assert memory.kind == "memory_server" and memory.answer == "answer_llm"
+    assert memory.tokenizer == str(tiny_model_dir) and memory.top_k == 20
+    assert memory.reward_kwargs == {"memory_server_url": "{url}/batch_process"}
 
 
 def test_memalpha_smoke_validates_on_one_gpu_as_composed(tiny_model_dir, memalpha_dir, tmp_path):
@@ -149,7 +149,7 @@ def test_memalpha_sidecar_commands_match_the_servers_command_lines(tiny_model_di
     vllm = sidecars.build_command(planned["answer_llm"], planned)
     assert vllm[1:4] == ["-m", "vllm.entrypoints.cli.main", "serve"] and vllm[4] == str(tiny_model_dir)
     flags = dict(zip(vllm[5::2], vllm[6::2], strict=False))
-    assert flags["--served-model-name"] == spec.sidecars["answer_llm"]["served_model_name"]
+    assert flags["--served-model-name"] == spec.sidecars["answer_llm"].served_model_name
     assert (flags["--dtype"], flags["--max-model-len"], flags["--gpu-memory-utilization"]) == (
         "float16",
         "2048",
@@ -162,10 +162,10 @@ def test_memalpha_sidecar_commands_match_the_servers_command_lines(tiny_model_di
     assert cmd[1:3] == ["-m", "grpokit.tasks.memalpha.server"]
     args = memory_server.build_arg_parser().parse_args(cmd[3:])  # the server's real CLI accepts it
     assert args.answer_base_url == "http://127.0.0.1:18183/v1"
-    assert args.answer_model == spec.sidecars["answer_llm"]["served_model_name"]
+    assert args.answer_model == spec.sidecars["answer_llm"].served_model_name
     assert (args.tokenizer, args.top_k, args.port) == (str(tiny_model_dir), 20, 5005)
     url = planned["memory_server"].url
-    assert spec.sidecars["memory_server"]["reward_kwargs"]["memory_server_url"].format(url=url) == (
+    assert spec.sidecars["memory_server"].reward_kwargs["memory_server_url"].format(url=url) == (
         "http://127.0.0.1:5005/batch_process"
     )
 
@@ -189,9 +189,9 @@ def test_memalpha_full_validates_on_two_gpus_with_a_dedicated_answer_gpu(tiny_mo
     assert cfg.actor_rollout_ref.rollout.max_num_seqs == 256
     assert cfg.actor_rollout_ref.rollout.max_model_len >= 4096 + 2048
     assert cfg.actor_rollout_ref.actor.kl_loss_coef == 0.001
-    assert spec.sidecars["answer_llm"]["placement"] == "dedicated"
+    assert spec.sidecars["answer_llm"].placement == "dedicated"
     assert spec.verl_value("trainer.n_gpus_per_node") == "1", "the answer LLM's GPU is not the trainer's"
-    assert spec.sidecars["memory_server"]["reward_kwargs"] == {"memory_server_url": "{url}/batch_process"}
+    assert spec.sidecars["memory_server"].reward_kwargs == {"memory_server_url": "{url}/batch_process"}
 
 
 def test_memalpha_full_asks_for_two_gpus_itself(tiny_model_dir, memalpha_dir, tmp_path):

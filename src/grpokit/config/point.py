@@ -18,7 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from grpokit.config.explicit import raise_unresolvable, refuse_replaced, typed_verl_keys
 from grpokit.config.overrides import format_value, verl_overrides
-from grpokit.config.schema import ClusterConf, RuntimeConf, section_notices, sidecar_settings
+from grpokit.config.schema import ClusterConf, RuntimeConf, SidecarConf, section_notices, sidecar_settings
 
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -39,8 +39,7 @@ class PointSpec:
         experiment, model, hardware: the resolved kit sections (mappings).
         cluster: the job's shape and Slurm request (:class:`~grpokit.config.schema.ClusterConf`).
         runtime: the in-job driver's settings (:class:`~grpokit.config.schema.RuntimeConf`).
-        sidecars: ``{name: settings}``, each complete with
-            :class:`~grpokit.config.schema.SidecarConf`'s defaults.
+        sidecars: ``{name: settings}`` (:class:`~grpokit.config.schema.SidecarConf` each).
         notices: what the kit changed in the user's settings on its own, one line each (e.g. the
             file logger added to ``trainer.logger``); the sweep prints each once.
     """
@@ -57,7 +56,7 @@ class PointSpec:
     model: dict[str, Any]
     cluster: ClusterConf
     runtime: RuntimeConf
-    sidecars: dict[str, dict[str, Any]]
+    sidecars: dict[str, SidecarConf]
     hardware: dict[str, Any] = dataclasses.field(default_factory=dict)
     notices: list[str] = dataclasses.field(default_factory=list)
 
@@ -65,6 +64,7 @@ class PointSpec:
         # a mapping (point.json, a test) becomes the typed section; earlier names are moved
         self.cluster = ClusterConf.of(self.cluster)
         self.runtime = RuntimeConf.of(self.runtime)
+        self.sidecars = {name: SidecarConf.of(value) for name, value in self.sidecars.items()}
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, default=str)

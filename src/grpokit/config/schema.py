@@ -27,7 +27,7 @@ point.json, a test) becomes one through :meth:`ClusterConf.of` / :meth:`RuntimeC
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 #: The kit's earlier names: ``section.old`` -> ``section.new`` (accepted for one release).
@@ -92,21 +92,6 @@ class _Section:
         if unknown:
             raise ValueError(f"{cls._section}.{unknown[0]}: no such key; {_did_you_mean(cls, unknown[0])}")
         return cls(**data)
-
-
-class _MappingSection(_Section, Mapping):
-    """A section that also reads as a read-only mapping (``section["key"]``, ``.get``, ``dict(section)``)."""
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in self._names():
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names())
-
-    def __len__(self) -> int:
-        return len(self._names())
 
 
 def _plain(value: Any) -> dict[str, Any]:
@@ -385,7 +370,7 @@ class RuntimeConf(_Section):
 
 
 @dataclasses.dataclass(kw_only=True)
-class SidecarConf(_MappingSection):
+class SidecarConf(_Section):
     """``sidecars.<name>``: one server the job starts next to the trainer (grpokit.runtime.sidecars).
 
     ``kind: vllm`` is ``vllm serve``; ``kind: memory_server`` the kit's Mem-α memory server; any
@@ -434,7 +419,7 @@ CHAIN_STEPS = ("merge", "eval")
 
 
 @dataclasses.dataclass(kw_only=True)
-class ChainConf(_MappingSection):
+class ChainConf(_Section):
     """``chain.*``: the job chained after each point by ``after=[merge,eval]`` (grpokit.submit.chain).
 
     It runs once the point's own job ended well (``--dependency=afterok``): ``merge`` turns the
@@ -505,8 +490,8 @@ def register() -> None:
     cs.store(group="chain", name="_schema", node=ChainConf, provider="grpokit")
 
 
-def sidecar_settings(name: str, value: Any) -> dict[str, Any]:
-    """``sidecars.<name>`` checked against :class:`SidecarConf` and completed with its defaults.
+def sidecar_settings(name: str, value: Any) -> SidecarConf:
+    """``sidecars.<name>`` checked against :class:`SidecarConf`, as one (its defaults for keys left out).
 
     Raises:
         ValueError: one line naming ``sidecars.<name>.<key>``: a key SidecarConf does not have
@@ -525,7 +510,7 @@ def sidecar_settings(name: str, value: Any) -> dict[str, Any]:
     except (ConfigKeyError, ValidationError) as exc:
         key = getattr(exc, "full_key", "") or ""
         raise ValueError(f"sidecars.{name}.{key}: {str(exc).splitlines()[0]}") from None
-    return OmegaConf.to_container(merged, resolve=True)
+    return SidecarConf(**OmegaConf.to_container(merged, resolve=True))
 
 
 def section_notices(cfg_section: Mapping | None, section: str) -> list[str]:

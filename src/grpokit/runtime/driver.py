@@ -406,7 +406,7 @@ class Driver:
         """``reward_kwargs`` that point the reward at the sidecars (``spec.reward_kwargs`` templates)."""
         out = []
         for sc in self.sidecars.values():
-            for key, template in (sc.spec.get("reward_kwargs") or {}).items():
+            for key, template in (sc.spec.reward_kwargs or {}).items():
                 out.append(f"+reward.custom_reward_function.reward_kwargs.{key}={template.format(url=sc.url)}")
         return out
 

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from grpokit.config.schema import SidecarConf
 from grpokit.runtime import ports, procs
 from grpokit.serving import vllm
 
@@ -35,7 +36,7 @@ class Sidecar:
     """One running sidecar."""
 
     name: str
-    spec: dict[str, Any]
+    spec: SidecarConf
     host: str
     port: int
     key: str
@@ -49,7 +50,7 @@ class Sidecar:
 
     def endpoint(self) -> dict[str, Any]:
         return {
-            "kind": self.spec.get("kind"),
+            "kind": self.spec.kind,
             "url": self.url,
             "port": self.port,
             "internal_port_base": self.internal_port_base,
@@ -63,7 +64,7 @@ class Sidecar:
 
 def _memory_server_command(sc: Sidecar, others: dict[str, Sidecar]) -> list[str]:
     s = sc.spec
-    answer = others[s["answer"]]
+    answer = others[s.answer]
     cmd = [
         sys.executable,
         "-m",
@@ -75,18 +76,18 @@ def _memory_server_command(sc: Sidecar, others: dict[str, Sidecar]) -> list[str]
         "--answer-base-url",
         f"{answer.url}/v1",
         "--answer-model",
-        str(answer.spec["served_model_name"]),
+        str(answer.spec.served_model_name),
         "--top-k",
-        str(s.get("top_k", 20)),
+        str(s.top_k),
         "--concurrency",
-        str(s.get("concurrency", 8)),
+        str(s.concurrency),
         "--timeout-s",
-        str(s.get("timeout_s", 60)),
+        str(s.timeout_s),
         "--max-prompt-tokens",
-        str(s.get("max_prompt_tokens", 30000)),
+        str(s.max_prompt_tokens),
     ]
-    if s.get("tokenizer"):
-        cmd += ["--tokenizer", str(s["tokenizer"])]
+    if s.tokenizer:
+        cmd += ["--tokenizer", str(s.tokenizer)]
     return cmd
 
 
@@ -97,13 +98,13 @@ def build_command(sc: Sidecar, others: dict[str, Sidecar]) -> list[str]:
     ``str.format``); a first word ``python`` means this interpreter. The key is never a field: it
     travels in the environment only.
     """
-    if sc.spec.get("command"):
+    if sc.spec.command:
         fields = {"python": sys.executable, "host": sc.host, "port": sc.port}
-        cmd = [str(part).format(**fields) for part in sc.spec["command"]]
+        cmd = [str(part).format(**fields) for part in sc.spec.command]
         if cmd[0] == "python":  # as for runtime.trainer_cmd: the job's own interpreter, not PATH's
             cmd[0] = sys.executable
         return cmd
-    kind = sc.spec.get("kind")
+    kind = sc.spec.kind
     if kind == "vllm":
         return vllm.VllmServe.from_sidecar(sc.spec, host=sc.host, port=sc.port).command()
     if kind == "memory_server":
@@ -111,12 +112,12 @@ def build_command(sc: Sidecar, others: dict[str, Sidecar]) -> list[str]:
     raise SidecarError(f"sidecar {sc.name}: unknown kind {kind!r} (vllm, memory_server, or give a command)")
 
 
-def plan_sidecars(specs: dict[str, dict[str, Any]], *, host: str, log_dir: Path) -> dict[str, Sidecar]:
+def plan_sidecars(specs: dict[str, SidecarConf], *, host: str, log_dir: Path) -> dict[str, Sidecar]:
     """Reserve each sidecar's port(s) and make its key; nothing is started yet."""
     out = {}
     for name, spec in specs.items():
         # vLLM opens internal ports from VLLM_PORT upwards: a block of its own keeps jobs apart.
-        is_vllm = spec.get("kind") == "vllm"
+        is_vllm = spec.kind == "vllm"
         reserved = ports.reserve_ports(1, contiguous=16 if is_vllm else 0, host=host)
         port, internal = reserved[0], (reserved[1] if is_vllm else None)
         out[name] = Sidecar(
@@ -133,12 +134,12 @@ def plan_sidecars(specs: dict[str, dict[str, Any]], *, host: str, log_dir: Path)
 
 def client_env(sidecars: dict[str, Sidecar]) -> dict[str, str]:
     """Keys the trainer's reward workers need to call the sidecars (exported before Ray starts)."""
-    return {KEY_ENV[s.spec["kind"]]: s.key for s in sidecars.values() if s.spec.get("kind") in KEY_ENV}
+    return {KEY_ENV[s.spec.kind]: s.key for s in sidecars.values() if s.spec.kind in KEY_ENV}
 
 
 def start(sc: Sidecar, others: dict[str, Sidecar], *, env: dict[str, str], cuda_devices: str | None) -> None:
     """Start one sidecar (not waiting for it); its key goes in its environment."""
-    kind = sc.spec.get("kind")
+    kind = sc.spec.kind
     env = vllm.server_env(
         env,
         sc.key,
@@ -147,7 +148,7 @@ def start(sc: Sidecar, others: dict[str, Sidecar], *, env: dict[str, str], cuda_
         internal_port_base=sc.internal_port_base,
     )
     if kind == "memory_server":
-        env["GRPOKIT_ANSWER_API_KEY"] = others[sc.spec["answer"]].key
+        env["GRPOKIT_ANSWER_API_KEY"] = others[sc.spec.answer].key
     cmd = build_command(sc, others)
     log.info("sidecar %s: %s", sc.name, " ".join(cmd))
     sc.proc = vllm.start(cmd, sc.log_path, env)
@@ -162,8 +163,8 @@ def wait_ready(sc: Sidecar, timeout_s: float | None = None) -> float:
     """
     if sc.proc is None:
         raise SidecarError(f"sidecar {sc.name} was not started")
-    timeout_s = float(timeout_s or sc.spec.get("start_timeout_s", 600))
-    url = sc.url + sc.spec.get("health_path", "/health")
+    timeout_s = float(timeout_s or sc.spec.start_timeout_s)
+    url = sc.url + sc.spec.health_path
     try:
         return vllm.wait_ready(url, sc.key, sc.proc, timeout_s, sc.log_path, name=f"sidecar {sc.name}")
     except vllm.ServerError as exc:

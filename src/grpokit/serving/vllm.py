@@ -20,7 +20,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 API_KEY_ENV = "VLLM_API_KEY"
 #: vLLM opens its internal ports (engine core, ...) from this one upwards.
 INTERNAL_PORT_ENV = "VLLM_PORT"
+
+if TYPE_CHECKING:
+    from grpokit.config.schema import SidecarConf
 
 
 class ServerError(RuntimeError):
@@ -66,16 +69,16 @@ class VllmServe:
         return f"http://{self.host}:{self.port}/v1"
 
     @classmethod
-    def from_sidecar(cls, spec: Mapping[str, Any], *, host: str, port: int) -> VllmServe:
-        """From a ``sidecars.<name>`` section of kind ``vllm`` (its keys are these fields' names)."""
-        known = {"dtype", "max_model_len", "gpu_memory_utilization", "max_num_seqs", "enforce_eager"}
+    def from_sidecar(cls, spec: SidecarConf, *, host: str, port: int) -> VllmServe:
+        """From a ``sidecars.<name>`` section of kind ``vllm`` (its fields of these names)."""
+        known = ("dtype", "max_model_len", "gpu_memory_utilization", "max_num_seqs", "enforce_eager")
         return cls(
-            model=str(spec["model"]),
-            served_model_name=str(spec["served_model_name"]),
+            model=str(spec.model),
+            served_model_name=str(spec.served_model_name),
             host=host,
             port=int(port),
-            extra_args=[str(a) for a in spec.get("extra_args") or []],
-            **{k: spec[k] for k in known if spec.get(k) is not None},
+            extra_args=[str(a) for a in spec.extra_args or []],
+            **{k: getattr(spec, k) for k in known if getattr(spec, k) is not None},
         )
 
     def command(self, python: str | None = None) -> list[str]:

@@ -124,13 +124,13 @@ def record_plan(sweep_dir: Path, plan: ChainPlan | None) -> None:
 
 def job_argv(run_dir: str, plan: Mapping[str, Any]) -> list[str]:
     """The chained job's command: ``python -m grpokit.evaluation.chain <run> --steps ...``."""
-    settings = plan.get("settings") or {}
+    settings = ChainConf.of(plan.get("settings"))
     argv = [sys.executable, "-m", JOB_MODULE, str(run_dir), "--steps", ",".join(plan["after"])]
-    if settings.get("limit") is not None:
-        argv += ["--limit", str(settings["limit"])]
-    argv += ["--max-tokens", str(settings.get("max_tokens", 1024))]
-    if settings.get("server_command"):
-        argv += ["--server-command", json.dumps(list(settings["server_command"]))]
+    if settings.limit is not None:
+        argv += ["--limit", str(settings.limit)]
+    argv += ["--max-tokens", str(settings.max_tokens)]
+    if settings.server_command:
+        argv += ["--server-command", json.dumps(list(settings.server_command))]
     return argv
 
 

@@ -30,21 +30,21 @@ def plan(spec: PointSpec, rollout_fraction: float) -> dict[str, Any]:
     next_free = total
     sidecars = {}
     for name, sc in spec.sidecars.items():
-        if not sc.get("gpus"):
+        if not sc.gpus:
             continue
-        if sc.get("placement") == "dedicated":
-            count = int(sc.get("gpus", 1))
+        if sc.placement == "dedicated":
+            count = int(sc.gpus)
             next_free -= count
             sidecars[name] = {
                 "gpus": list(range(next_free, next_free + count)),
                 "placement": "dedicated",
-                "gpu_memory_utilization": float(sc.get("gpu_memory_utilization", 0.9)),
+                "gpu_memory_utilization": float(sc.gpu_memory_utilization),
             }
         else:
             sidecars[name] = {
                 "gpus": [0],
                 "placement": "shared",
-                "gpu_memory_utilization": float(sc.get("gpu_memory_utilization", 0.9)),
+                "gpu_memory_utilization": float(sc.gpu_memory_utilization),
             }
     trainer = {"gpus": list(range(0, max(next_free, 0))), "rollout_gpu_memory_utilization": rollout_fraction}
     shared_sum = rollout_fraction + sum(

@@ -66,8 +66,9 @@ def store_key() -> str:
     for root, dirs, files in os.walk(verl_dir):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         for name in sorted(f for f in files if f.endswith(".py")):
-            stat = os.stat(os.path.join(root, name))
-            digest.update(f"{os.path.relpath(os.path.join(root, name), verl_dir)}:{stat.st_size}:{stat.st_mtime_ns}\0".encode())
+            path = os.path.join(root, name)
+            stat = os.stat(path)
+            digest.update(f"{os.path.relpath(path, verl_dir)}:{stat.st_size}:{stat.st_mtime_ns}\0".encode())
     digest.update(Path(__file__).with_name("verl_check.py").read_bytes() + b"\0")
     digest.update(b"vllm" if importlib.util.find_spec("vllm") else b"-")
     return digest.hexdigest()[:32]

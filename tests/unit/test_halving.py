@@ -14,26 +14,18 @@ from grpokit.submit import halving
 from grpokit.submit.halving import HalvingError, HalvingPlan, decide, plan_of, with_target
 
 
-def point(overrides: list[str], kind: str = "slurm") -> PointSpec:
-    return PointSpec(
-        sweep_name="s",
-        index=0,
-        name="000_n-2",
-        run_dir="/tmp/x",
-        checkpoint_dir="/tmp/x/ckpt",
-        kit_overrides=[],
-        swept={},
-        verl_overrides=overrides,
-        experiment={},
-        model={},
-        cluster={"kind": kind},
-        runtime={},
-        sidecars={},
-    )
+@pytest.fixture
+def point(bare_point):
+    """``point(verl_overrides, kind="slurm")``: one point named as a swept sweep names it."""
+
+    def make(overrides: list[str], kind: str = "slurm") -> PointSpec:
+        return bare_point("/tmp/x", 0, cluster={"kind": kind}, name="000_n-2", verl_overrides=overrides)
+
+    return make
 
 
 @pytest.fixture
-def specs():
+def specs(point):
     return [point(["trainer.total_training_steps=6", "trainer.save_freq=2", "trainer.test_freq=2"])]
 
 
@@ -68,7 +60,7 @@ def test_bad_plans_are_one_line(specs, change, swept, opts, message):
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
-def test_points_that_cannot_take_part_are_named(specs):
+def test_points_that_cannot_take_part_are_named(specs, point):
     no_ckpt = with_target(point(["trainer.total_training_steps=6"]), 6)
     with pytest.raises(HalvingError, match=r"^\[000_n-2\] verl\.trainer\.save_freq: the survivors resume"):
         plan_of(SECTION, [no_ckpt], [], {})

@@ -159,10 +159,19 @@ def test_raw_leaves_reads_what_omegaconf_gives(base, experiment):
     # node kinds verl's tree holds: {}, None, ???, a list, and a mapping or list that is an interpolation.
     from omegaconf import OmegaConf
 
-    from grpokit.config.overrides import _leaves, raw_leaves
+    from grpokit.config.overrides import raw_leaves
+    from grpokit.config.verl_schema import verl_base
+
+    def _leaves(node, prefix=""):  # OmegaConf's own reading, flattened: the reference
+        if isinstance(node, dict) and node:
+            for key, value in node.items():
+                yield from _leaves(value, f"{prefix}{key}.")
+        else:
+            yield prefix[:-1], node
 
     cfg = compose_kit([*base, f"experiment={experiment}"])
     assert raw_leaves(cfg.verl) == dict(_leaves(OmegaConf.to_container(cfg.verl, resolve=False)))
+    assert raw_leaves(verl_base()) == dict(_leaves(OmegaConf.to_container(verl_base(), resolve=False)))
     odd = OmegaConf.create(
         {"a": {}, "b": None, "c": "???", "d": [1, {"x": "${a}"}], "e": {"f": "${b}", "g": [2]}, "h": "${e}"}
     )

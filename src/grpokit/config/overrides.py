@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -44,8 +44,8 @@ def format_value(value: Any) -> str:
 
 
 def raw_leaves(node: DictConfig) -> dict[str, Any]:
-    """``{dotted.key: unresolved value}`` of every leaf below ``node``, as
-    ``_leaves(OmegaConf.to_container(node, resolve=False))`` gives them, in a fifth of the time.
+    """``{dotted.key: unresolved value}`` of every leaf below ``node``, as flattening
+    ``OmegaConf.to_container(node, resolve=False)`` gives them, in a fifth of the time.
 
     A leaf is a scalar, a list (as a plain list), an empty mapping (``{}``), or a mapping or list
     node that holds an interpolation, ``???`` or None (that text or None). Reads OmegaConf's
@@ -71,18 +71,10 @@ def _walk(node: Any, prefix: str, out: dict[str, Any]) -> None:
             out[f"{prefix}{key}"] = child._value()
 
 
-def _leaves(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    if isinstance(node, dict) and node:
-        for key, value in node.items():
-            yield from _leaves(value, f"{prefix}{key}.")
-    else:
-        yield prefix[:-1], node
-
-
 @functools.lru_cache(maxsize=1)
 def flat_base() -> Mapping[str, Any]:
     """verl's defaults as ``{dotted.key: unresolved value}`` (read-only; computed once per process)."""
-    return MappingProxyType(dict(_leaves(OmegaConf.to_container(verl_base(), resolve=False))))
+    return MappingProxyType(raw_leaves(verl_base()))
 
 
 def _plain(raw: Any) -> bool:

@@ -210,9 +210,11 @@ def _first_worker(channels: list[tuple[int, int]]) -> None:
 
     from grpokit.config.overrides import flat_base
     from grpokit.config.verl_schema import verl_base
+    from grpokit.validate import verl_verdicts
 
     verl_base()
     flat_base()
+    verl_verdicts.store_key()  # the walk of verl's files, once for every worker
     served_here, forked = [channels[0]], []
     for request_r, reply_w in channels[1:]:
         try:  # a fork copies the locks other threads hold: only while this process has one thread

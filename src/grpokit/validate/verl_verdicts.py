@@ -150,7 +150,6 @@ def _on_event(event: str, args: tuple) -> None:
     if _opened is None or event != "open" or not args:
         return
     path = args[0]
-    if isinstance(path, (str, bytes, os.PathLike)) and not os.fsdecode(path).endswith(_MODULE_SUFFIXES):
-        _opened.append(os.fsdecode(path))
-    elif not isinstance(path, (str, bytes, os.PathLike)):  # an open file descriptor: unknown file
-        _opened.append(str(path))
+    name = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else str(path)  # an fd: unknown file
+    if not name.endswith(_MODULE_SUFFIXES):
+        _opened.append(name)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -111,10 +113,32 @@ print("verl imported" if "verl" in sys.modules or "torch" in sys.modules else "v
 
 def test_a_command_whose_points_verl_passed_before_does_not_import_verl(base, store):
     points = json.dumps([[*base, f"verl.data.train_batch_size={b}"] for b in (8, 16)])
-    env = {**__import__("os").environ, "GRPOKIT_CACHE_DIR": str(store)}
+    env = {**os.environ, "GRPOKIT_CACHE_DIR": str(store)}
     runs = [
         subprocess.run([sys.executable, "-c", _NO_VERL, points], capture_output=True, text=True, env=env, timeout=600)
         for _ in range(2)
     ]
     assert [r.stdout.strip() for r in runs] == ["verl imported", "verl not imported"], runs[1].stderr[-2000:]
+    assert len(kept(store)) == 2
+
+
+def test_the_sweep_command_typed_again_as_another_sweep_asks_verl_nothing(base, store):
+    # The command as typed (a dry run, then the same points under another sweep_name). The test's
+    # own store (GRPOKIT_CACHE_DIR, a documented setting) keeps other tests' passes out of the count:
+    # a config verl is asked about and passes adds a line, so an unchanged file means verl was not asked.
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "GRPOKIT_CACHE_DIR": str(store)}
+    args = [a for a in base if not a.startswith("sweep_name=")]
+
+    def sweep(name: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, str(repo / "launch" / "sweep.py"), "-m", *args, f"sweep_name={name}"]
+        command += ["dry_run=true", "verl.data.train_batch_size=8,16"]
+        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+
+    first = sweep("first")
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert len(kept(store)) == 2
+    again = sweep("again")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "dry run: 2 point(s) validated" in again.stdout
     assert len(kept(store)) == 2

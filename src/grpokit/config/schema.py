@@ -1,8 +1,10 @@
 """Typed settings of the kit's own config sections: ``cluster`` (the job's shape and Slurm request),
-``runtime`` (the in-job driver) and ``sidecars`` (servers started next to the trainer).
+``runtime`` (the in-job driver, with its ``pruning`` rules), ``sidecars`` (servers started next to
+the trainer), ``chain`` (the job chained after a point) and ``halving`` (successive halving).
 
 Each section is a ``kw_only`` dataclass with a comment per field; the one default of each setting
-lives here. :func:`register` stores them in Hydra's ConfigStore and the kit's YAML files extend
+lives here: the YAML files name only what differs from it (``tests/unit/test_one_default.py``
+composes the config and compares every field). :func:`register` stores them in Hydra's ConfigStore and the kit's YAML files extend
 them (Hydra 1.3 "extending configs": ``configs/cluster/*.yaml`` start with ``defaults: [_schema]``,
 ``configs/config.yaml`` with ``runtime/_schema``), so a misspelt key in a YAML file or on the
 command line (``cluster.partiton=gpu``) and a value of the wrong type (``cluster.nodes=two``) are
@@ -260,6 +262,115 @@ class _LocalClusterSchema:
     cpus_per_task: int | None = None
 
 
+#: The trainer's environment unless ``runtime.env`` says otherwise: quiet tokenizers and Ray logs,
+#: no usage reports, no hub (compute nodes are often offline; the kit reads models from disk).
+TRAINER_ENV = {
+    "TOKENIZERS_PARALLELISM": "false",
+    "RAY_DEDUP_LOGS": "0",
+    "VLLM_NO_USAGE_STATS": "1",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+}
+
+#: The rules that take a whole number of steps (>= 1) and the rules that cannot be null.
+_WHOLE_RULES = ("nonfinite_steps", "reward_stuck_steps", "min_step")
+_REQUIRED_RULES = ("reward_stuck_steps", "reward_stuck_tol", "min_step")
+
+
+@dataclasses.dataclass(kw_only=True)
+class PruningRules(_Section):
+    """``runtime.pruning.*``: the rules that stop a running point on RL failure signs in its metrics
+    (grpokit.runtime.pruning has the table of what each reads). A null rule is off.
+
+    Why non-finite values are on by default and the bounds are not: a NaN/inf loss or grad norm is
+    never a healthy run (verl skips such an update and goes on, burning the allocation); a KL,
+    entropy or reward bound depends on the task, the model and the algorithm, so only the user sets it.
+    """
+
+    _section = "runtime.pruning"
+
+    # Steps in a row with NaN/inf in the actor's losses, KL, entropy or grad norm; null: off.
+    nonfinite_steps: int | None = 1
+    # actor/kl_loss (else actor/ppo_kl) above this; null: off.
+    kl_max: float | None = None
+    # actor/entropy below this; null: off.
+    entropy_min: float | None = None
+    # critic/score/mean within reward_stuck_tol of this value (the format-only reward) ...
+    reward_stuck_at: float | None = None
+    # ... for this many steps in a row.
+    reward_stuck_steps: int = 10
+    reward_stuck_tol: float = 1e-6
+    # No rule applies before this step.
+    min_step: int = 1
+
+    @property
+    def off(self) -> bool:
+        """Every rule is off (nothing to watch)."""
+        return self.nonfinite_steps is self.kl_max is self.entropy_min is self.reward_stuck_at is None
+
+    @classmethod
+    def from_runtime(cls, runtime: Any) -> PruningRules | None:
+        """The rules of a point's ``runtime`` section (``runtime.pruning``, absent: the defaults);
+        None when every rule is off (``runtime.pruning: null`` or each rule null).
+
+        Raises:
+            ValueError: one line naming ``runtime.pruning.<key>``, the value and the fix.
+        """
+        section = runtime.pruning if isinstance(runtime, RuntimeConf) else _plain(runtime).get("pruning", {})
+        if section is None:
+            return None
+        if not isinstance(section, PruningRules | Mapping) and not _is_config(section):
+            raise ValueError(f"runtime.pruning must be a mapping of rules or null, got {section!r}")
+        data = dataclasses.asdict(section) if isinstance(section, PruningRules) else _plain(section)
+        unknown = sorted(set(data) - set(cls._names()))
+        if unknown:
+            raise ValueError(f"runtime.pruning.{unknown[0]}: no such rule; the rules are {', '.join(cls._names())}")
+        values: dict[str, Any] = {}
+        for key, value in data.items():
+            if value is None or value == "null":
+                if key in _REQUIRED_RULES:
+                    raise ValueError(f"runtime.pruning.{key} cannot be null; leave it out for its default")
+                values[key] = None
+                continue
+            whole = key in _WHOLE_RULES
+            if isinstance(value, bool) or not isinstance(value, int | float) or (whole and value != int(value)):
+                kind = "a whole number of steps" if whole else "a number"
+                raise ValueError(f"runtime.pruning.{key} must be {kind}, got {value!r}")
+            if whole and value < 1:
+                raise ValueError(f"runtime.pruning.{key} must be >= 1, got {value!r} (null turns a rule off)")
+            values[key] = int(value) if whole else float(value)
+        rules = cls(**values)
+        return None if rules.off else rules
+
+
+def _is_config(value: Any) -> bool:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.is_config(value)
+
+
+@dataclasses.dataclass(kw_only=True)
+class HalvingConf(_Section):
+    """``halving.*``: successive halving (grpokit.submit.halving), e.g. ``halving.rungs=[2,4]``.
+
+    Every point trains to the first rung (steps), then a controller job ranks them by ``metric`` and
+    resubmits the best ``keep`` fraction from their checkpoints to the next rung (the others end
+    ``pruned``, saying why); after the last rung they train to ``verl.trainer.total_training_steps``.
+    """
+
+    _section = "halving"
+
+    # Steps at which the points are ranked, increasing; null: halving off.
+    rungs: list[int] | None = None
+    # Fraction of the points kept at each rung (at least one is kept).
+    keep: float = 0.5
+    # val_acc: the first val-core/<data_source>/acc/mean@1; or any verl metric, e.g. critic/score/mean.
+    metric: str = "val_acc"
+    # max: higher is better; min: lower is better.
+    mode: str = "max"
+
+
 @dataclasses.dataclass(kw_only=True)
 class RuntimeConf(_Section):
     """``runtime.*``: how the in-job driver runs a point (grpokit.runtime.driver)."""
@@ -279,31 +390,47 @@ class RuntimeConf(_Section):
     # Time-limit (and hang) requeues allowed per point since its last resubmission; preemptions are
     # not bounded.
     max_timeout_requeues: int = 3
-    # Automatic retries of a crashed point (its trainer exited non-zero by itself) since its last
-    # resubmission, each on other nodes (grpokit.runtime.retry); 0: no retry.
+    # Automatic retries of a crashed point (its trainer exited non-zero by itself; time-outs and
+    # preemptions requeue by their own rules) since its last resubmission (grpokit.runtime.retry):
+    # each retry runs on other nodes than the crashes before it (Slurm's ExcNodeList) after
+    # retry_backoff_s x 2^k seconds; the same crash (first error's class) twice on different nodes
+    # stops retrying. 1: a crash on a bad node (GPU, NCCL) is retried once elsewhere for one
+    # start-up's cost; a bug crashes again at once and stops there. 0: no retry.
     max_retries: int = 1
     # Seconds before the first retry, doubled for each retry already made.
     retry_backoff_s: float = 60
     # Seconds given to the trainer to finish its step and write a checkpoint after a stop request.
     save_deadline_s: float = 900
-    # No-progress watchdog (grpokit.runtime.watchdog): a trainer without a new step for
-    # max(hang_floor_s, hang_step_multiple x its longest step) (hang_startup_s before the first step)
-    # is stopped, its stacks kept, and the point requeued or failed as `hung`. null or 0: off.
+    # No-progress watchdog (grpokit.runtime.watchdog; a trainer alive but writing no new step,
+    # verl#4709): past max(hang_floor_s, hang_step_multiple x the longest step time of the attempt)
+    # without a new step in metrics.jsonl (hang_startup_s before the first step) the stacks of the
+    # trainer's processes go to attempts/<k>/hang_stacks.txt, the trainer is stopped and the point
+    # requeued (hangs share max_timeout_requeues with time-outs) or failed as `hung`. null or 0: off.
     hang_floor_s: float | None = 1800
     hang_step_multiple: float = 5
     hang_startup_s: float = 3600
-    # Ray's object store on each node: this fraction of the job's memory there (Slurm's --mem or
-    # the job's cgroup limit), within Ray's bounds; null: Ray's own 0.3.
+    # Ray's object store on each node: this fraction of the job's memory there (Slurm's --mem, i.e.
+    # cluster.mem_gb, or the job's cgroup limit), within Ray's bounds; null: Ray's own 0.3 of the
+    # whole node's memory.
     ray_object_store_fraction: float | None = 0.3
     # Ports for Ray's worker processes on each node; null: 3 per CPU given to Ray (200 to 4000).
     ray_worker_ports: int | None = None
-    # W&B's mode when verl.trainer.logger names wandb (online | offline | disabled); null:
-    # $WANDB_MODE of the submitting shell, else online (grpokit.runtime.trackers).
+    # W&B, when verl.trainer.logger names wandb (grpokit.runtime.trackers): every attempt of a point
+    # writes one run (id from sweep + point, grouped by sweep, tagged with the swept values), files
+    # in <run>/wandb/. online | offline (compute nodes without internet; upload later with
+    # `wandb sync <run>/wandb/offline-run-*`) | disabled; null: $WANDB_MODE of the submitting
+    # shell, else online. Without wandb among the loggers W&B is disabled.
     wandb_mode: str | None = None
-    # Rules that stop a point early (grpokit.runtime.pruning); {}: the rules' defaults, null: off.
-    pruning: dict[str, Any] | None = dataclasses.field(default_factory=dict)
-    # Extra environment for the trainer and Ray workers (exported before Ray starts).
-    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    # Rules that stop a point on RL failure signs in its metrics (PruningRules,
+    # grpokit.runtime.pruning); null: every rule off.
+    pruning: PruningRules | None = dataclasses.field(default_factory=lambda: PruningRules())
+    # Extra environment for the trainer and Ray workers (exported before Ray starts). A key set on
+    # the command line is added to these (runtime.env.NAME=value); runtime.env={} drops them.
+    env: dict[str, str] = dataclasses.field(default_factory=lambda: dict(TRAINER_ENV))
+
+    def __post_init__(self) -> None:
+        if self.pruning is not None and not isinstance(self.pruning, PruningRules):
+            self.pruning = PruningRules.of(self.pruning)
 
     def problems(self, point: str) -> list:
         """Values the job could not use (one Problem each; the watchdog's and Ray's sizing keys)."""
@@ -475,8 +602,8 @@ class ChainConf(_Section):
 
 def register() -> None:
     """Store the schemas in Hydra's ConfigStore as ``cluster/_schema`` (``cluster/_local_schema``
-    for ``cluster=local``), ``runtime/_schema`` and ``chain/_schema``, extended by ``configs/cluster/*.yaml`` and
-    ``configs/config.yaml``.
+    for ``cluster=local``), ``runtime/_schema``, ``chain/_schema`` and ``halving/_schema``, extended
+    by ``configs/cluster/*.yaml`` and ``configs/config.yaml``.
 
     ``sidecars`` has no Hydra schema: OmegaConf cannot add a new entry (``+sidecars.x={...}``) to
     a mapping of dataclasses; each sidecar goes through :func:`sidecar_settings` instead.
@@ -488,6 +615,7 @@ def register() -> None:
     cs.store(group="cluster", name="_local_schema", node=_LocalClusterSchema, provider="grpokit")
     cs.store(group="runtime", name="_schema", node=RuntimeConf, provider="grpokit")
     cs.store(group="chain", name="_schema", node=ChainConf, provider="grpokit")
+    cs.store(group="halving", name="_schema", node=HalvingConf, provider="grpokit")
 
 
 def sidecar_settings(name: str, value: Any) -> SidecarConf:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from grpokit.paths import CONFIG_DIR
+from grpokit.paths import CONFIG_DIR, config_groups, group_files
 
 MAIN_KEYS = """\
 Main keys (key=value; a,b,c sweeps a key with -m):
@@ -70,11 +70,11 @@ def groups_text() -> str:
     """Each config group with its options, the default marked, and each option's first comment line."""
     defaults = _defaults()
     lines = ["Config groups (group=option; * is the default):"]
-    for group in sorted(p for p in CONFIG_DIR.iterdir() if p.is_dir()):
-        lines.append(f"  {group.name}:")
-        for option in sorted(p for p in group.glob("*.yaml") if not p.stem.startswith("_")):  # _x: shared parts
-            mark = "*" if defaults.get(group.name) == option.stem else " "
-            lines.append(f"    {mark}{option.stem:<22} {_short(_first_comment(option.read_text()))}")
+    for group in sorted(config_groups()):
+        lines.append(f"  {group}:")
+        for name, option in group_files(group).items():  # _x: shared parts, left out
+            mark = "*" if defaults.get(group) == name else " "
+            lines.append(f"    {mark}{name:<22} {_short(_first_comment(option.read_text()))}")
     return "\n".join(lines)
 
 

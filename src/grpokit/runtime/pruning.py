@@ -46,6 +46,7 @@ from typing import Any
 
 import orjson
 
+from grpokit.config.schema import PruningRules  # the rules' settings and their one default each
 from grpokit.run_folder.layout import PRUNED, AttemptFolder, RunFolder
 
 log = logging.getLogger(__name__)
@@ -57,57 +58,6 @@ ENTROPY_KEY = "actor/entropy"
 REWARD_KEY = "critic/score/mean"
 #: The file the driver's watcher writes its verdict to (``<run>/control/``), read back for the outcome.
 VERDICT_FILE = PRUNED
-
-
-@dataclasses.dataclass(frozen=True)
-class PruningRules:
-    """``runtime.pruning`` of a point; see the module table. None fields are rules turned off."""
-
-    nonfinite_steps: int | None = 1
-    kl_max: float | None = None
-    entropy_min: float | None = None
-    reward_stuck_at: float | None = None
-    reward_stuck_steps: int = 10
-    reward_stuck_tol: float = 1e-6
-    min_step: int = 1
-
-    @classmethod
-    def from_runtime(cls, runtime: Mapping) -> PruningRules | None:
-        """The rules of a point's ``runtime`` section (``runtime.pruning``, absent: the defaults);
-        None when every rule is off (``runtime.pruning: null`` or each rule null).
-
-        Raises:
-            ValueError: one line naming ``runtime.pruning.<key>``, the value and the fix.
-        """
-        from grpokit.config.schema import RuntimeConf  # the one default of each key
-
-        section = RuntimeConf.of(runtime).pruning
-        if section is None:
-            return None
-        if not isinstance(section, Mapping):
-            raise ValueError(f"runtime.pruning must be a mapping of rules or null, got {section!r}")
-        known = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(section) - set(known))
-        if unknown:
-            raise ValueError(f"runtime.pruning.{unknown[0]}: no such rule; the rules are {', '.join(known)}")
-        values: dict[str, Any] = {}
-        for key, value in section.items():
-            if value is None or value == "null":
-                if key in ("reward_stuck_steps", "reward_stuck_tol", "min_step"):
-                    raise ValueError(f"runtime.pruning.{key} cannot be null; leave it out for its default")
-                values[key] = None
-                continue
-            whole = key in ("nonfinite_steps", "reward_stuck_steps", "min_step")
-            if isinstance(value, bool) or not isinstance(value, int | float) or (whole and value != int(value)):
-                kind = "a whole number of steps" if whole else "a number"
-                raise ValueError(f"runtime.pruning.{key} must be {kind}, got {value!r}")
-            if whole and value < 1:
-                raise ValueError(f"runtime.pruning.{key} must be >= 1, got {value!r} (null turns a rule off)")
-            values[key] = int(value) if whole else float(value)
-        rules = cls(**values)
-        if rules.nonfinite_steps is rules.kl_max is rules.entropy_min is rules.reward_stuck_at is None:
-            return None
-        return rules
 
 
 @dataclasses.dataclass(frozen=True)

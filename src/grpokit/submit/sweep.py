@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from grpokit.config.override_step import cached_interpolation_parsing
 from grpokit.config.point import PointSpec, build_point, kit_notices
-from grpokit.paths import CONFIG_DIR
+from grpokit.paths import config_groups
 from grpokit.run_folder import RunFolder, SweepFolder, read_status
 from grpokit.run_folder.claim import (
     Claim,
@@ -205,7 +205,7 @@ class PointLoader:
 
         self._full_load = full_load
         self._first = set(first)
-        self._groups = {p.name for p in CONFIG_DIR.iterdir() if p.is_dir()}
+        self._groups = config_groups()
         composed = full_load(first)
         self._template = override_step.Template(composed)
         self._workspace = override_step.Workspace(composed, first)

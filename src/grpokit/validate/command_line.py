@@ -34,7 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpokit.config.overrides import flat_base
 from grpokit.config.schema import LAUNCHER_ELSEWHERE, ClusterConf, SidecarConf, rename_deprecated
-from grpokit.paths import CONFIG_DIR
+from grpokit.paths import config_groups, group_files
 from grpokit.validate.problems import Problem
 from grpokit.validate.verl_check import _open_parent, suggest
 
@@ -62,7 +62,7 @@ _MAX_GROUP_COMBINATIONS = 16
 
 def groups() -> set[str]:
     """The kit's config groups (``experiment``, ``model``, ``hardware``, ``cluster``)."""
-    return {p.name for p in CONFIG_DIR.iterdir() if p.is_dir()}
+    return config_groups()
 
 
 def _values(override) -> list[Any]:
@@ -123,9 +123,7 @@ def kit_suggest(cfg: DictConfig, key: str) -> str:
         return "did you mean " + " or ".join(f"{parent + '.' if parent else ''}{c}" for c in close) + "?"
     if parent in groups():
         options = [
-            p.stem
-            for p in sorted((CONFIG_DIR / parent).glob("*.yaml"))
-            if not p.stem.startswith("_") and _sets(p.read_text(), leaf)
+            name for name, p in group_files(parent).items() if _sets(p.read_text(), leaf)
         ]
         if options:
             return f"{leaf} is a key of {parent}={' / '.join(options)}: add {parent}={options[0]}"

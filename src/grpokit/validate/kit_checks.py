@@ -8,8 +8,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from grpokit.config.point import PointSpec
-from grpokit.config.schema import ClusterConf, RuntimeConf
-from grpokit.runtime.pruning import PruningRules
+from grpokit.config.schema import ClusterConf, PruningRules, RuntimeConf
 from grpokit.validate.problems import Problem
 
 #: W&B's own modes, the values of ``runtime.wandb_mode`` (read in the job by grpokit.runtime.trackers).
@@ -141,7 +140,8 @@ def check_runtime(spec: PointSpec) -> list[Problem]:
         PruningRules.from_runtime(runtime)
     except ValueError as exc:
         key, _, what = str(exc).partition(" ")
-        problems.append(Problem(spec.name, key.rstrip(":"), what, "see runtime.pruning in configs/config.yaml"))
+        fix = "the rules and their defaults: grpokit.config.schema.PruningRules"
+        problems.append(Problem(spec.name, key.rstrip(":"), what, fix))
     mode = runtime.wandb_mode
     if mode is not None and mode not in WANDB_MODES:
         problems.append(

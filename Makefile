@@ -48,8 +48,8 @@ cluster:
 # Two pytest workers (one test file each) share the local cluster; the files marked
 # cluster_exclusive (they preempt whole nodes or time jobs on one node) run after, alone.
 test: install cluster
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "not cluster_exclusive"
-	$(PY) -m pytest -q -m cluster_exclusive
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not cluster_exclusive" --durations=20
+	$(PY) -m pytest -q -m cluster_exclusive --durations=10
 
 lint:
 	$(PY) -m ruff check src launch tests bench

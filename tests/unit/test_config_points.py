@@ -141,7 +141,7 @@ def test_fast_override_path_equals_hydras_full_composition(base):
 def test_points_derived_from_the_first_equal_their_full_composition(base):
     from omegaconf import OmegaConf
 
-    from grpokit.submit.sweep import point_loader
+    from grpokit.submit.points import point_loader
 
     points = [[*base, f"verl.data.train_batch_size={b}", f"+runtime.env.PROFILE={p}"] for b, p in ((8, "a"), (16, "b"))]
     points.append([*base, "verl.data.train_batch_size=8", "+runtime.env.PROFILE=c", "hardware=h200"])

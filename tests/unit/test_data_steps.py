@@ -58,7 +58,7 @@ def test_more_steps_than_the_whole_file_says_lower_the_steps(base):
 
 
 def test_a_sweep_refuses_the_short_point_before_submission_and_only_it(base):
-    from grpokit.submit.sweep import PointLoader, build_points
+    from grpokit.submit.points import PointLoader, build_points
 
     points = [[*base, f"verl.data.train_batch_size={b}"] for b in (8, 16, 32)]
     specs = build_points(None, PointLoader(compose_kit, points[0]), points)

@@ -54,7 +54,7 @@ def test_workspace_restores_after_a_value_that_does_not_fit(base):
 
 
 def test_kit_points_from_the_loader_equal_their_full_composition(base):
-    from grpokit.submit.sweep import PointLoader
+    from grpokit.submit.points import PointLoader
 
     points = [[*base, f"verl.data.train_batch_size={b}", f"+runtime.env.PROFILE={p}"] for b, p in ((8, "a"), (16, "b"))]
     points.append([*base, "verl.data.train_batch_size=32", "+runtime.env.PROFILE=c", "hardware=h200"])
@@ -80,7 +80,7 @@ def test_interpolation_parsing_cache_is_scoped_and_gives_the_same_values(base):
 
 
 def test_a_sweep_with_one_bad_point_names_it_and_only_it(base):
-    from grpokit.submit.sweep import PointLoader, build_points
+    from grpokit.submit.points import PointLoader, build_points
     from grpokit.validate import SweepValidationError, validate_points
 
     # verl's validate_config: train_batch_size x rollout.n must divide by the trainer's GPUs (2 here)
@@ -105,12 +105,12 @@ def test_a_command_without_a_mode_is_a_one_point_sweep():
 
 _VALIDATOR = """
 import json, os, signal, sys
-from grpokit.validate import SweepValidationError, check_each, overlap, validate_points
+from grpokit.validate import SweepValidationError, check_each, check_stream, overlap, validate_points
 from grpokit.config.compose import compose_kit
-from grpokit.submit.sweep import PointLoader, build_points
+from grpokit.submit.points import PointLoader, build_points
 
 assert overlap._workers() >= 2, "this test needs two cores or more (the machines CI runs on have two)"
-assert overlap.start()  # as `grpokit sweep` does: fork before composing
+assert overlap.start(check_stream)  # as `grpokit sweep` does: fork before composing
 points = json.loads(sys.argv[1])
 specs = build_points(None, PointLoader(compose_kit, points[0]), points, on_point=overlap.feed)  # streamed
 problems, _printed = overlap.take(specs)
@@ -118,12 +118,12 @@ mine = check_each(specs)
 assert problems == mine and [p.point for p in problems] == [specs[1].name, specs[2].name], (problems, mine)
 assert overlap.take(specs) is None  # one request per validator: a second call validates itself
 
-assert overlap.start()
+assert overlap.start(check_stream)
 for spec in specs:
     overlap.feed(spec)
 assert overlap.take(specs[:2]) is None  # not the points fed: no answer (the command validates itself)
 
-assert overlap.start()
+assert overlap.start(check_stream)
 os.kill(overlap._current.pid, signal.SIGKILL)  # the first worker dies (before forking the second)
 try:
     validate_points(specs)  # no answer from the workers: validated here, the same problems

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from grpokit.config.point import PointSpec
+from grpokit.problems import SweepValidationError
 from grpokit.run_folder import claim as folder
 from grpokit.run_folder.claim import SUBMISSIONS, SweepFolderError
 from grpokit.run_folder.manifest import replace_job_ids, write_manifest
 from grpokit.submit import resume, wait
-from grpokit.validate.problems import SweepValidationError
 
 LR = "actor_rollout_ref.actor.optim.lr"
 

@@ -20,9 +20,9 @@ from hydra.errors import ConfigCompositionException
 from grpokit.config.compose import compose_kit
 from grpokit.config.point import PointSpec, build_point
 from grpokit.config.schema import ClusterConf, RuntimeConf, SidecarConf, rename_deprecated
+from grpokit.problems import SweepValidationError
 from grpokit.validate.command_line import check
 from grpokit.validate.kit_checks import check_cluster
-from grpokit.validate.problems import SweepValidationError
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,12 +16,12 @@ import pytest
 
 from grpokit.config.compose import compose_kit
 from grpokit.config.point import build_point
+from grpokit.problems import Problem
 from grpokit.slurm.cluster import array_chunks, gres_gpus, parse_facts
 from grpokit.slurm.times import parse_time_min
 from grpokit.validate import SweepValidationError, check_sweep, validate_point
 from grpokit.validate.command_line import check
 from grpokit.validate.model_checks import model_positions
-from grpokit.validate.problems import Problem
 from grpokit.validate.slurm_request import check_facts
 
 REPO = Path(__file__).resolve().parents[2]

@@ -103,7 +103,7 @@ _NO_VERL = """
 import json, sys
 from grpokit.validate import validate_points
 from grpokit.config.compose import compose_kit
-from grpokit.submit.sweep import PointLoader, build_points
+from grpokit.submit.points import PointLoader, build_points
 
 points = json.loads(sys.argv[1])
 validate_points(build_points(None, PointLoader(compose_kit, points[0]), points))

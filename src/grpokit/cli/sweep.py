@@ -132,9 +132,9 @@ def entry(argv: list[str] | None = None) -> int:
         return 0
     if "--resolve" in args and any(a in ("--cfg", "-c") for a in args) and "hydra" not in args and "all" not in args:
         return show_resolved(args)
-    from grpokit.validate import overlap
+    from grpokit.validate import check_stream, overlap
 
-    overlap.start()  # verl is imported (for validate_config) on the other core while Hydra composes
+    overlap.start(check_stream)  # verl is imported (for validate_config) on the other core while Hydra composes
     try:
         sys.argv[1:] = as_sweep(preflight(args))
         from grpokit.config import store

@@ -18,6 +18,8 @@ from typing import Any, NoReturn
 
 from omegaconf import DictConfig, OmegaConf
 
+from grpokit.problems import Problem, SweepValidationError
+
 #: The ``cluster.*`` key a job-shape setting comes from, with how it is derived.
 _FROM_CLUSTER = {
     "trainer.nnodes": ("cluster.nodes", "the job's nodes"),
@@ -45,8 +47,6 @@ def refuse_replaced(cfg: DictConfig, point: str, typed: dict[str, str], derived:
     Raises:
         SweepValidationError: one problem per such key, naming the ``cluster.*`` key to set instead.
     """
-    from grpokit.validate.problems import Problem, SweepValidationError  # (grpokit.validate imports this module)
-
     problems = []
     for key, (cluster_key, what) in _FROM_CLUSTER.items():
         if key not in typed:
@@ -74,8 +74,6 @@ def raise_unresolvable(exc: Exception, point: str, kit_overrides: list[str]) -> 
     Raises:
         SweepValidationError: always.
     """
-    from grpokit.validate.problems import Problem, SweepValidationError
-
     derived_key = getattr(exc, "full_key", None) or "verl"
     message = str(exc).splitlines()[0]
     key = derived_key

@@ -19,6 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 from grpokit.config.explicit import raise_unresolvable, refuse_replaced, typed_verl_keys
 from grpokit.config.overrides import format_value, verl_overrides
 from grpokit.config.schema import ClusterConf, RuntimeConf, SidecarConf, section_notices, sidecar_settings
+from grpokit.problems import Problem, SweepValidationError
 
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -137,7 +138,6 @@ def _typed_sections(cfg: DictConfig, point: str, kit_overrides: list[str]) -> tu
     not have or a value of the wrong type.
     """
     from grpokit.config.schema import DEPRECATED
-    from grpokit.validate.problems import Problem, SweepValidationError  # (grpokit.validate imports this module)
 
     cluster = _section(cfg, "cluster")
     typed = {item.lstrip("+").partition("=")[0] for item in kit_overrides}

@@ -4,9 +4,10 @@ the trainer), ``chain`` (the job chained after a point) and ``halving`` (success
 
 Each section is a ``kw_only`` dataclass with a comment per field; the one default of each setting
 lives here: the YAML files name only what differs from it (``tests/unit/test_one_default.py``
-composes the config and compares every field). :func:`register` stores them in Hydra's ConfigStore and the kit's YAML files extend
-them (Hydra 1.3 "extending configs": ``configs/cluster/*.yaml`` start with ``defaults: [_schema]``,
-``configs/config.yaml`` with ``runtime/_schema``), so a misspelt key in a YAML file or on the
+composes the config and compares every field). :func:`register` stores them in Hydra's
+ConfigStore and the kit's YAML files extend them (Hydra 1.3 "extending configs":
+``configs/cluster/*.yaml`` start with ``defaults: [_schema]``, ``configs/config.yaml`` with
+``runtime/_schema``), so a misspelt key in a YAML file or on the
 command line (``cluster.partiton=gpu``) and a value of the wrong type (``cluster.nodes=two``) are
 refused by Hydra at composition, on the key.
 
@@ -19,7 +20,7 @@ a YAML file that uses one composes into the deprecated field and :meth:`ClusterC
 to the new one (the point's ``notices`` say so).
 
 Checks that relate fields (the warning signal's lead against the time limit, ...) are
-:meth:`ClusterConf.problems` / :meth:`RuntimeConf.problems`, one :class:`~grpokit.validate.problems.Problem`
+:meth:`ClusterConf.problems` / :meth:`RuntimeConf.problems`, one :class:`~grpokit.problems.Problem`
 each, run for every point before anything is submitted.
 
 ``cluster`` and ``runtime`` are read by attribute only (``spec.cluster.nodes``); a mapping (a
@@ -31,6 +32,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from typing import Any
+
+from grpokit.problems import Problem
 
 #: The kit's earlier names: ``section.old`` -> ``section.new`` (accepted for one release).
 DEPRECATED = {
@@ -156,9 +159,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _problem(point: str, key: str, message: str, fix: str):
-    from grpokit.validate.problems import Problem  # (grpokit.validate imports the config package)
-
+def _problem(point: str, key: str, message: str, fix: str) -> Problem:
     return Problem(point, key, message, fix)
 
 

@@ -41,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from grpokit import procs
 from grpokit.config.point import PointSpec
 from grpokit.run_folder import FINAL_STATES, AttemptFolder, RunFolder, StatusFile, write_json_atomic
 from grpokit.run_folder.metrics import read_jsonl, write_merged
@@ -49,7 +50,6 @@ from grpokit.runtime import (
     completion,
     control,
     kernels,
-    procs,
     pruning,
     ray_cluster,
     ray_resources,

@@ -33,7 +33,7 @@ import dataclasses
 import enum
 from pathlib import Path
 
-from grpokit.runtime import procs
+from grpokit import procs
 from grpokit.runtime.completion import Completion
 from grpokit.runtime.first_error import first_error_in_file
 from grpokit.runtime.ray_cluster import RayStartError

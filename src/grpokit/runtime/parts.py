@@ -18,8 +18,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
 
+from grpokit import procs
 from grpokit.config.point import PointSpec
-from grpokit.runtime import environment, procs, ray_cluster, sidecars, signal_relay
+from grpokit.runtime import environment, ray_cluster, sidecars, signal_relay
 from grpokit.runtime.ports import release_ports
 from grpokit.slurm import gpus, nodes, requeue, stop_view, task, time_left
 from grpokit.validate import validate_point
@@ -38,7 +39,7 @@ class Trainer(Protocol):
 
 
 class TrainerProcess:
-    """The trainer as a process tree of its own (:func:`grpokit.runtime.procs.start`)."""
+    """The trainer as a process tree of its own (:func:`grpokit.procs.start`)."""
 
     def __init__(self, cmd: list[str], log_path: Path, *, env: Mapping[str, str], cwd: Path):
         self.proc: subprocess.Popen = procs.start(cmd, log_path, env=env, cwd=cwd)

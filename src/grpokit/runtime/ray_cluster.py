@@ -30,7 +30,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from grpokit.runtime import ports, procs
+from grpokit import procs
+from grpokit.runtime import ports
 from grpokit.slurm.nodes import srun_step
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from grpokit.runtime import procs
+from grpokit import procs
 from grpokit.runtime.ports import release_ports
 from grpokit.runtime.ray_cluster import (
     WORKER_PORT_BLOCK,

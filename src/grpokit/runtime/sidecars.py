@@ -17,8 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from grpokit import procs
 from grpokit.config.schema import SidecarConf
-from grpokit.runtime import ports, procs
+from grpokit.runtime import ports
 from grpokit.serving import vllm
 
 log = logging.getLogger(__name__)

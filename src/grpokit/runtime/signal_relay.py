@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grpokit.runtime import procs
+from grpokit import procs
 from grpokit.slurm.nodes import srun_step
 
 

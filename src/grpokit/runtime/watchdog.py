@@ -310,7 +310,7 @@ def ray_workers_under(pid: int) -> list[psutil.Process]:
 
 def local_targets(trainer_pid: int, ray_pid: int | None) -> list[tuple[str, int]]:
     """The trainer's process tree and the Ray workers under this node's ``ray start``."""
-    from grpokit.runtime import procs
+    from grpokit import procs
 
     targets = [("trainer", p.pid) for p in procs.tree(trainer_pid)]
     if ray_pid is not None:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from grpokit.runtime import procs
+from grpokit import procs
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@
   trained on the point's test file, into ``<run>/eval/``); ``chain.*`` the job's request
   (:class:`grpokit.config.schema.ChainConf`). Checked before anything is submitted, one line each.
 - Every submission of a point (the sweep, ``resume=true``, ``grpokit resubmit``: all go through
-  :func:`grpokit.submit.sweep.submit_slurm`) is followed by one chained job per point with
+  :func:`grpokit.submit.dispatch.submit_slurm`) is followed by one chained job per point with
   ``--dependency=afterok:<the point's array task>`` and ``--kill-on-invalid-dep=yes``
   (:func:`grpokit.submit.dependent.submit_dependent`). A requeued task keeps its id, so the chain
   follows its last attempt; a resubmitted point gets a new id and a new chained job (the earlier

@@ -21,7 +21,7 @@ from grpokit.run_folder.point_state import RESUBMITTABLE_STATES, point_state
 from grpokit.run_folder.sweep import load_sweep
 from grpokit.runtime import resubmission
 from grpokit.slurm.states import job_states
-from grpokit.submit.sweep import run_local, submit_slurm
+from grpokit.submit.dispatch import run_local, submit_slurm
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def submit_again(
     """Submit points of an existing sweep again: the one path of ``resume=true`` and ``grpokit resubmit``.
 
     Each point gets the permission to run again (``resubmission.json``: its driver refuses a final
-    point otherwise), then goes out as the sweep submits (:func:`grpokit.submit.sweep.submit_slurm`:
+    point otherwise), then goes out as the sweep submits (:func:`grpokit.submit.dispatch.submit_slurm`:
     arrays of at most ``MaxArraySize``; a refusal is one line and exit 2, the folder unchanged). The
     manifest records the new ids with the replaced ones in each entry's ``history``, and
     ``submissions.jsonl`` one line (``how``, the points, their ids, what each replaced). A local

@@ -1,11 +1,10 @@
-"""compose -> build points -> validate all -> dry run | submit one Slurm array | run locally -> manifest."""
+"""The sweep command's stages: plan (grpokit.submit.points) -> validate (grpokit.validate) -> claim the
+sweep folder (grpokit.run_folder.claim) -> dry run | submit one Slurm array | run locally
+(grpokit.submit.dispatch) -> manifest; with resume=true, halving and wait=true."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import re
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -15,10 +14,8 @@ from typing import Any, NoReturn
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig
 
-from grpokit.config.override_step import cached_interpolation_parsing
-from grpokit.config.point import PointSpec, build_point, kit_notices
-from grpokit.paths import config_groups
-from grpokit.run_folder import RunFolder, SweepFolder, read_status
+from grpokit.config.point import PointSpec, kit_notices
+from grpokit.run_folder import RunFolder, read_status
 from grpokit.run_folder.claim import (
     Claim,
     SweepFolderError,
@@ -32,222 +29,13 @@ from grpokit.run_folder.claim import claim as claim_folder
 from grpokit.run_folder.manifest import read_manifest, write_manifest
 from grpokit.submit import chain, halving, repeats, snapshot
 from grpokit.submit import resume as resume_mod
+from grpokit.submit.dispatch import arrays_phrase, check_picklable, run_local, submit_slurm, write_dry_run
 from grpokit.submit.dry_run_summary import dry_run_summary
-from grpokit.submit.task import RunPointTask
+from grpokit.submit.points import build_points, point_loader, swept_keys
 from grpokit.submit.wait import attempt_counts, wait_for
-from grpokit.validate import Problem, SweepValidationError, overlap, validate_points
+from grpokit.validate import SweepValidationError, overlap, validate_points
 
 log = logging.getLogger(__name__)
-
-
-def _parse(override: str) -> tuple[str, str]:
-    key, _, value = override.partition("=")
-    return key.lstrip("+~"), value
-
-
-def swept_keys(job_overrides: list[list[str]]) -> list[str]:
-    """Keys whose value differs between points, in command-line order."""
-    values: dict[str, set[str]] = {}
-    order: list[str] = []
-    for overrides in job_overrides:
-        for o in overrides:
-            k, v = _parse(o)
-            if k not in values:
-                values[k] = set()
-                order.append(k)
-            values[k].add(v)
-    return [k for k in order if len(values[k]) > 1]
-
-
-def build_points(
-    config: DictConfig,
-    load,
-    job_overrides: list[list[str]],
-    first_index: int = 0,
-    name: str | None = None,
-    on_point=None,
-) -> list[PointSpec]:
-    """One :class:`PointSpec` per point; ``load`` composes a point's kit config (:class:`PointLoader`,
-    or any ``load(overrides) -> DictConfig``); ``name``: the sweep's name, set on every point;
-    ``on_point(spec)``: called with each point as soon as it is built (the sweep hands it to the
-    forked validator, :func:`grpokit.validate.overlap.feed`).
-
-    Raises:
-        SweepValidationError: a point does not compose (a value that does not fit its key), named.
-    """
-    keys = swept_keys(job_overrides)
-    specs = []
-    with cached_interpolation_parsing():  # every point resolves the same ${...} texts of verl's config
-        for i, overrides in enumerate(job_overrides):
-            specs.append(_build(load, overrides, first_index + i, keys, name))
-            if on_point is not None:
-                on_point(specs[-1])
-    return specs
-
-
-def _build(load, overrides: list[str], index: int, keys: list[str], name: str | None) -> PointSpec:
-    from hydra.errors import HydraException
-
-    point = load.point(overrides) if isinstance(load, PointLoader) else contextlib.nullcontext(None)
-    try:
-        with point as cfg:
-            cfg = load(overrides) if cfg is None else cfg
-            if name is not None:  # run folders and checkpoints follow the claimed folder's name
-                cfg.sweep_name = name
-            swept = dict(_parse(o) for o in overrides if _parse(o)[0] in keys)
-            return build_point(cfg, index=index, kit_overrides=overrides, swept=swept)
-    except HydraException as exc:  # Hydra's override step refused one of this point's values
-        text = str(exc).splitlines()[0]
-        named = re.search(r"'([^']+)'", text)
-        key = named.group(1) if named else ", ".join(f"{k}={v}" for k, v in map(_parse, overrides) if k in keys)
-        fix = "give the key a value of its type, or check its name (grpokit sweep --help)"
-        raise SweepValidationError([Problem(f"point {index}", key, text, fix)]) from None
-
-
-def check_picklable(specs: list[PointSpec]) -> None:
-    """What submitit will pickle must pickle now, not fail after submission (hydra#3038)."""
-    import cloudpickle
-
-    problems = []
-    for spec in specs:
-        for what, obj in (("the task", RunPointTask()), ("the point spec", spec.to_json())):
-            try:
-                cloudpickle.dumps(obj)
-            except Exception as exc:
-                problems.append(
-                    Problem(
-                        spec.name,
-                        what,
-                        f"cannot be pickled: {type(exc).__name__}: {exc}",
-                        "keep only plain values (str, numbers, lists, dicts) in the config",
-                    )
-                )
-    if problems:
-        raise SweepValidationError(problems)
-
-
-def write_dry_run(sweep_dir: Path, specs: list[PointSpec], cluster: dict[str, Any], note: str = "") -> Path:
-    """``dry_run.md``: per point, the verl command line and the Slurm request."""
-    from grpokit.config.explicit import data_caps
-    from grpokit.runtime import trainer
-    from grpokit.submit.arrays import dry_run_section
-
-    lines = [f"# Dry run of sweep {specs[0].sweep_name}: {len(specs)} point(s){note}, nothing submitted", ""]
-    lines += [f"Note: {notice}\n" for notice in kit_notices(specs)]  # what the kit changed on its own
-    lines += dry_run_section(specs)  # one array per request and MaxArraySize, as submit_slurm sends them
-    for spec in specs:
-        cmd = trainer.command(spec, [])
-        caps = data_caps(spec)
-        lines += [f"## {spec.name}", f"run folder: {spec.run_dir}", *([caps] if caps else []), ""]
-        lines += ["```", " \\\n  ".join(cmd), "```", ""]
-    path = SweepFolder(sweep_dir).dry_run
-    path.write_text("\n".join(lines))
-    return path
-
-
-def submit_slurm(sweep_dir: Path, specs: list[PointSpec], cluster: dict[str, Any]) -> list[str]:
-    """Submit every point (one job array per request and ``MaxArraySize``); returns the Slurm ids.
-
-    A submission Slurm refuses ends the command (exit 2) with one line saying what Slurm said and
-    what to change; nothing stays queued, and the sweep folder is left as it was before the
-    submission (a new one is removed, see :func:`grpokit.submit.arrays.after_refusal`).
-    """
-    from grpokit.submit.arrays import SubmissionError, after_refusal, submit_arrays
-
-    try:
-        ids = submit_arrays(sweep_dir / "submitit", specs, name=specs[0].sweep_name)
-    except SubmissionError as exc:
-        print(f"{exc}; {after_refusal(sweep_dir, specs, exc)}", file=sys.stderr)
-        raise SystemExit(2) from None
-    chain.follow(sweep_dir, specs, ids)  # after=[merge,eval]: each point's chained job (grpokit.submit.chain)
-    return ids
-
-
-def arrays_phrase(job_ids: list[str | None]) -> str:
-    """``Slurm array 120`` or ``Slurm arrays 120, 121`` (a sweep above MaxArraySize goes out as several)."""
-    arrays = list(dict.fromkeys(str(j).split("_")[0] for j in job_ids if j))
-    return f"Slurm array{'s' if len(arrays) > 1 else ''} {', '.join(arrays)}"
-
-
-def run_local(specs: list[PointSpec]) -> list[int]:
-    """Run points one after another on this machine (a workstation's GPU holds one at a time).
-
-    Returns each point's driver exit status (:class:`grpokit.runtime.outcome.Exit`: 0 for
-    completed, skipped_no_gpu, stopped with a checkpoint; 1 for failed or cancelled)."""
-    codes = []
-    for spec in specs:
-        Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
-        point_file = RunFolder(spec.run_dir).point
-        point_file.write_text(spec.to_json())
-        log.info("running %s locally", spec.name)
-        codes.append(subprocess.call([sys.executable, "-m", "grpokit.runtime.driver", str(point_file)]))
-    return codes
-
-
-class PointLoader:
-    """Composes a sweep's points: the first fully (Hydra's defaults list), the others from it.
-
-    A point that differs from the first only in values (not in config groups such as
-    ``experiment=``, nor in ``hydra.*``) is the first point's config with its own values applied
-    by Hydra's override step (:mod:`grpokit.config.override_step`); composing the whole defaults
-    list again per point (about a second each: the kit's config holds verl's complete one) made
-    validation of large sweeps slow. ``tests/unit/test_config_points.py`` checks both give equal configs.
-
-    ``loader(overrides)`` returns a new, independent config; ``with loader.point(overrides) as cfg``
-    gives one valid inside the block only, without copying the whole config (what the sweep uses).
-
-    Raises:
-        hydra.errors.ConfigCompositionException: a point does not compose, in Hydra's words.
-    """
-
-    def __init__(self, full_load, first: list[str]) -> None:
-        from grpokit.config import override_step
-
-        self._full_load = full_load
-        self._first = set(first)
-        self._groups = config_groups()
-        composed = full_load(first)
-        self._template = override_step.Template(composed)
-        self._workspace = override_step.Workspace(composed, first)
-
-    def _diff(self, overrides: list[str]) -> list[str] | None:
-        """This point's overrides that differ from the first's, or None when one picks a config group."""
-        from grpokit.config import override_step
-
-        # `+key=v` of this point adds a key the first point added too: on its config it is a
-        # force-add (`++`), as composing this point from scratch would have made it.
-        diff = [
-            "+" + o if o.startswith("+") and not o.startswith("++") else o for o in overrides if o not in self._first
-        ]
-        parsed = override_step.parse(diff)
-        if any(o.key_or_group.split("/")[0] in self._groups or o.key_or_group.startswith("hydra") for o in parsed):
-            return None
-        return diff
-
-    def __call__(self, overrides: list[str]) -> DictConfig:
-        from grpokit.config import override_step
-
-        diff = self._diff(overrides)
-        if diff is None:
-            return self._full_load(overrides)
-        cfg = self._template.copy()
-        override_step.apply(cfg, diff)
-        return cfg
-
-    @contextlib.contextmanager
-    def point(self, overrides: list[str]):
-        """The point's config, valid inside the ``with`` block (the first point's values are put back after)."""
-        delta = self._workspace.delta(overrides) if self._diff(overrides) is not None else None
-        if delta is None:  # another key set, a deletion or a config group: composed on its own
-            yield self(overrides)
-            return
-        with self._workspace.point(delta) as cfg:
-            yield cfg
-
-
-def point_loader(full_load, first: list[str]) -> PointLoader:
-    """``load(overrides) -> kit config`` that composes the first point fully and derives the others."""
-    return PointLoader(full_load, first)
 
 
 def sweep_options(first: DictConfig, job_overrides: list[list[str]]) -> dict[str, Any]:

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Iterator
 from omegaconf import DictConfig
 
 from grpokit.config.point import PointSpec
+from grpokit.problems import Problem, SweepValidationError
 from grpokit.validate import data_steps, gpu_plan, kit_checks, model_checks, slurm_request, verl_check
-from grpokit.validate.problems import Problem, SweepValidationError
 
 __all__ = ["Problem", "SweepValidationError", "check_each", "check_stream", "validate_point", "validate_points"]
 

@@ -35,7 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 from grpokit.config.overrides import flat_base
 from grpokit.config.schema import LAUNCHER_ELSEWHERE, ClusterConf, SidecarConf, rename_deprecated
 from grpokit.paths import config_groups, group_files
-from grpokit.validate.problems import Problem
+from grpokit.problems import Problem
 from grpokit.validate.verl_check import _open_parent, suggest
 
 ALL = "all points"
@@ -122,9 +122,7 @@ def kit_suggest(cfg: DictConfig, key: str) -> str:
     if close:
         return "did you mean " + " or ".join(f"{parent + '.' if parent else ''}{c}" for c in close) + "?"
     if parent in groups():
-        options = [
-            name for name, p in group_files(parent).items() if _sets(p.read_text(), leaf)
-        ]
+        options = [name for name, p in group_files(parent).items() if _sets(p.read_text(), leaf)]
         if options:
             return f"{leaf} is a key of {parent}={' / '.join(options)}: add {parent}={options[0]}"
     if siblings:

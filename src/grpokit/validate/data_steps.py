@@ -23,7 +23,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from grpokit.config.point import PointSpec
-from grpokit.validate.problems import Problem
+from grpokit.problems import Problem
 
 
 @functools.lru_cache(maxsize=64)

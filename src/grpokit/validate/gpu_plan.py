@@ -14,7 +14,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from grpokit.config.point import PointSpec
-from grpokit.validate.problems import Problem
+from grpokit.problems import Problem
 
 MAX_SHARED_FRACTION = 0.95
 #: verl's default ``actor_rollout_ref.rollout.gpu_memory_utilization`` (verl/trainer/config/rollout).

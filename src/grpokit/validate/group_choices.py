@@ -13,7 +13,7 @@ import difflib
 from pathlib import Path
 
 from grpokit.paths import config_dirs, config_groups, group_files
-from grpokit.validate.problems import Problem
+from grpokit.problems import Problem
 
 ALL = "all points"
 

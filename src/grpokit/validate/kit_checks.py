@@ -9,7 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpokit.config.point import PointSpec
 from grpokit.config.schema import ClusterConf, PruningRules, RuntimeConf
-from grpokit.validate.problems import Problem
+from grpokit.problems import Problem
 
 #: W&B's own modes, the values of ``runtime.wandb_mode`` (read in the job by grpokit.runtime.trackers).
 WANDB_MODES = ("online", "offline", "disabled")

@@ -16,7 +16,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from grpokit.config.point import PointSpec
-from grpokit.validate.problems import Problem
+from grpokit.problems import Problem
 
 # The keys vLLM reads for a model's maximum length (vllm/config/model.py, _get_and_verify_max_len).
 _LENGTH_KEYS = (

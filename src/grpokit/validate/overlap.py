@@ -33,7 +33,7 @@ import signal
 import struct
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 _HEADER = struct.Struct("!Q")  # the length in bytes of the pickle that follows
@@ -41,6 +41,8 @@ _END = "end"  # the last message of a request: no more points
 
 #: The running validator of this process (at most one; used once).
 _current: _Validator | None = None
+#: What a worker runs on the points it is sent (set by start(), before the fork).
+_checks: Callable[[Iterable[Any]], Iterator[list]] | None = None
 
 
 def _workers() -> int:
@@ -114,15 +116,17 @@ class _Validator:
         # the second worker (the first's child) reads end of stream or a closed reply pipe and exits
 
 
-def start() -> bool:
-    """Fork the validator; False when not started (disabled, no fork, one is running already,
-    or another thread is running: a fork copies the locks other threads hold, and a child that
-    inherits a held lock hangs)."""
-    global _current
+def start(checks: Callable[[Iterable[Any]], Iterator[list]]) -> bool:
+    """Fork the validator, whose workers answer with ``checks(points)`` (the command's own
+    :func:`grpokit.validate.check_stream`, handed down so this module imports nothing above it);
+    False when not started (disabled, no fork, one is running already, or another thread is
+    running: a fork copies the locks other threads hold, and a child that inherits a held lock hangs)."""
+    global _current, _checks
     if _current is not None or os.environ.get("GRPOKIT_VALIDATE_IN_PROCESS") or not hasattr(os, "fork"):
         return False
     if threading.active_count() > 1:
         return False
+    _checks = checks
     pipes = [(os.pipe(), os.pipe()) for _ in range(_workers())]  # per worker: (request, reply)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -246,7 +250,8 @@ def _first_worker(channels: list[tuple[int, int]]) -> None:
 
 
 def _serve(request_fd: int, reply_fd: int) -> None:
-    from grpokit.validate import check_stream
+    check_stream = _checks
+    assert check_stream is not None  # set by start() before the fork
 
     captured = io.StringIO()
     try:

@@ -3,7 +3,7 @@
 Facts come from the cluster itself (``scontrol show partition -o``, ``scontrol show node -o``,
 ``scontrol show config``): a request Slurm cannot satisfy (an unknown partition, more memory, CPUs,
 GPUs or nodes than the partition has, a time limit above its ``MaxTime``) becomes a
-:class:`~grpokit.validate.problems.Problem` naming the ``cluster.*`` key and the value that fits.
+:class:`~grpokit.problems.Problem` naming the ``cluster.*`` key and the value that fits.
 What the facts cannot judge (accounts, QOS, constraints) is asked of Slurm with ``sbatch
 --test-only`` and the same ``#SBATCH`` lines submitit would write. A sweep larger than
 ``MaxArraySize`` is not a problem: :func:`grpokit.slurm.cluster.array_chunks` splits it into several arrays.
@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from grpokit.config.schema import ClusterConf
+from grpokit.problems import Problem, note
 from grpokit.slurm import sbatch
 from grpokit.slurm.cluster import SlurmFacts, SlurmQueryError, query_facts, run_slurm
-from grpokit.validate.problems import Problem, note
 
 
 def _request(cluster: Mapping[str, Any]) -> dict[str, Any]:

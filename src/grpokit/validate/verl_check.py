@@ -14,7 +14,7 @@ from omegaconf import DictConfig, open_dict
 from grpokit.config.overrides import flat_base
 from grpokit.config.point import PointSpec
 from grpokit.config.verl_schema import apply_overrides, lean_imports
-from grpokit.validate.problems import Problem, note
+from grpokit.problems import Problem, note
 
 # verl keys whose children are free-form: a new key below them is expected, not a typo.
 OPEN_PREFIXES = (

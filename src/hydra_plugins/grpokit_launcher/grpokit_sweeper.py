@@ -4,7 +4,7 @@ Hydra's basic sweeper checks that every point of a batch composes (``validate_ba
 one full composition per point, about a second each for the kit's config, which holds verl's complete
 one) and then hands the batch to the launcher, which composes every point again. With the kit's
 launcher that check is its first step: it composes the first point fully and the others from it by
-Hydra's override step (:func:`grpokit.submit.sweep.point_loader`), and refuses the whole batch, before
+Hydra's override step (:func:`grpokit.submit.points.point_loader`), and refuses the whole batch, before
 anything is written or submitted, when one point does not compose. With any other launcher this
 sweeper is Hydra's basic sweeper unchanged.
 """

@@ -1,0 +1,137 @@
+"""The package's layers: imports go downward only and no module imports itself back through others.
+
+Read from the source (every ``import`` and ``from ... import``, at module level and inside
+functions: a deferred import is still a dependency), not by importing. The layers, lowest first
+(ARCHITECTURE.md draws them):
+
+0. ``paths``, ``problems``, ``procs``, ``models``: leaves (files, the Problem record, process trees, the smoke model)
+1. ``config``, ``slurm``: the typed settings and composed points; every Slurm fact and command
+2. ``run_folder``, ``validate``, ``serving``: the run-folder contract; checks before submission; `vllm serve`
+3. ``runtime``, ``tasks``, ``reports``: the in-job driver; the workloads; tables and plots
+4. ``submit``, ``evaluation``: sweeps, arrays, resubmission, halving; merge and compare
+5. ``cli`` and the Hydra plugins: the commands
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+LAYERS = [
+    {"paths", "problems", "procs", "models"},
+    {"config", "slurm"},
+    {"run_folder", "validate", "serving"},
+    {"runtime", "tasks", "reports"},
+    {"submit", "evaluation"},
+    {"cli", "hydra_plugins"},
+]
+LAYER_OF = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
+
+#: Module-level cycles left to break (each named with what breaks it); a new one fails the test.
+KNOWN_CYCLES: list[set[str]] = []
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in [*(SRC / "grpokit").rglob("*.py"), *(SRC / "hydra_plugins").rglob("*.py")]:
+        name = ".".join(path.relative_to(SRC).with_suffix("").parts)
+        out[name.removesuffix(".__init__")] = path
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the kit's modules it imports (``from pkg import sub`` counts as ``pkg.sub``)."""
+    mods = modules()
+    graph: dict[str, set[str]] = collections.defaultdict(set)
+    for name, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                subs = [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in mods]
+                named = [a.name for a in node.names if f"{node.module}.{a.name}" not in mods]
+                targets = subs + ([node.module] if named else [])
+            graph[name].update(t for t in targets if t in mods and t != name)
+    return graph
+
+
+def package(module: str) -> str:
+    parts = module.split(".")
+    return parts[0] if parts[0] == "hydra_plugins" else (parts[1] if len(parts) > 1 else "grpokit")
+
+
+def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Strongly connected components of more than one node (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(comp)
+
+    for v in list(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_every_import_goes_to_a_lower_layer_and_the_layers_found_are_printed(capsys):
+    graph = import_graph()
+    packages = {package(m) for m in modules()} - {"grpokit"}
+    assert packages <= set(LAYER_OF), f"packages with no layer: {sorted(packages - set(LAYER_OF))}"
+    upward = sorted(
+        f"{a} -> {b}"
+        for a, bs in graph.items()
+        for b in bs
+        if package(a) != package(b) and package(b) != "grpokit" and LAYER_OF[package(b)] >= LAYER_OF[package(a)]
+    )
+    # the layers the graph itself gives: a package's level is 1 + the highest level it imports
+    deps: dict[str, set[str]] = collections.defaultdict(set)
+    for a, bs in graph.items():
+        deps[package(a)].update(package(b) for b in bs if package(b) not in (package(a), "grpokit"))
+    level: dict[str, int] = {}
+
+    def depth(p: str, seen: tuple[str, ...] = ()) -> int:
+        if p not in level:
+            level[p] = 1 + max((depth(q, (*seen, p)) for q in deps[p] if q not in seen), default=-1)
+        return level[p]
+
+    with capsys.disabled():
+        print("\nimport layers found (package: level, imports):")
+        for p in sorted(packages, key=lambda p: (depth(p), p)):
+            print(f"  {depth(p)}  {p:<14} -> {', '.join(sorted(deps[p])) or '-'}")
+    assert not upward, "imports that go up or sideways a layer:\n" + "\n".join(upward)
+
+
+def test_no_package_and_no_module_imports_itself_back():
+    graph = import_graph()
+    packages: dict[str, set[str]] = collections.defaultdict(set)
+    for a, bs in graph.items():
+        packages[package(a)].update(package(b) for b in bs if package(b) != package(a))
+    assert not cycles(packages), f"package cycles: {cycles(packages)}"
+    new = [c for c in cycles(graph) if c not in KNOWN_CYCLES]
+    assert not new, f"module cycles: {new}"

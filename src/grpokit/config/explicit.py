@@ -84,6 +84,12 @@ def raise_unresolvable(exc: Exception, point: str, kit_overrides: list[str]) -> 
         if sep and value and f"'{value}'" in message:
             key = typed_key
             break
+    else:  # a null typed on a key the derived one reads (verl.data.train_batch_size=null -> max_num_seqs)
+        nulls = [k for k, _, v in (i.lstrip("+~").partition("=") for i in kit_overrides) if v in ("null", "~")]
+        if nulls and "NoneType" in message:
+            key = nulls[-1]
+            fix = f"set {key} to a value: {derived_key} is derived from it"
+            raise SweepValidationError([Problem(point, key, f"null leaves {derived_key} nothing to derive", fix)])
     fix = f"set {key} to a value of the right type" if key != derived_key else f"check {key} and what it derives from"
     raise SweepValidationError([Problem(point, key, f"{derived_key} cannot be computed: {message}", fix)])
 

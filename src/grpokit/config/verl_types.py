@@ -130,11 +130,11 @@ def _fields(name: str, classes: dict[str, ast.ClassDef], seen: frozenset[str] = 
     for base in cls.bases:
         fields.update(_fields(_name(base), classes, seen | {name}))
     for stmt in cls.body:
-        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-            if _name(stmt.annotation) != "ClassVar" and not (
-                isinstance(stmt.annotation, ast.Subscript) and _name(stmt.annotation.value) == "ClassVar"
-            ):
-                fields[stmt.target.id] = ast.unparse(stmt.annotation)
+        if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
+            continue
+        outer = stmt.annotation.value if isinstance(stmt.annotation, ast.Subscript) else stmt.annotation
+        if _name(outer) != "ClassVar":
+            fields[stmt.target.id] = ast.unparse(stmt.annotation)
     return fields
 
 

@@ -35,7 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 from grpokit.config.overrides import flat_base
 from grpokit.config.schema import LAUNCHER_ELSEWHERE, ClusterConf, SidecarConf, rename_deprecated
 from grpokit.paths import CONFIG_DIR
-from grpokit.validate.problems import Problem
+from grpokit.validate.problems import Problem, note
 from grpokit.validate.verl_check import _open_parent, suggest
 
 ALL = "all points"
@@ -155,6 +155,9 @@ def _type_problem(key: str, value: Any, current: Any) -> Problem | None:
     floats it has no dataclass for).
     """
     if value is None or current is None:
+        return None
+    if value == "" and isinstance(current, bool):  # `key=` (an unset shell variable in a launch script)
+        note(f"{key}= is empty: verl takes it (composition and validate_config pass) and reads it as false")
         return None
     if key.startswith("verl."):
         from grpokit.config.verl_types import declared_kinds

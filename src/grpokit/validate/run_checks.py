@@ -11,7 +11,7 @@ config, the point's GPUs (``trainer.n_gpus_per_node`` x ``trainer.nnodes``, whic
 from ``cluster.gpus_per_node`` and ``cluster.nodes``), the installed packages and the file system.
 
 Also the kit's own contract: the job is requeued after a preemption or its time limit and
-resumes from its newest checkpoint, so ``trainer.resume_mode=disable`` is refused, a
+resumes from its newest checkpoint, so ``trainer.resume_mode=disable`` is refused on Slurm, a
 ``save_freq`` that saves nothing before the last step is noted, and a checkpoint folder that
 cannot be created is refused. One :class:`Problem` per finding, on the key the user types.
 """
@@ -266,13 +266,14 @@ def check_micro_batches(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
 def check_resume_contract(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
     """The kit requeues a preempted or timed-out job and verl resumes from its newest checkpoint.
 
-    ``trainer.resume_mode=disable`` would restart every requeued attempt from step 0 (refused);
+    On Slurm, ``trainer.resume_mode=disable`` would restart every requeued attempt from step 0
+    (refused; a local run is never requeued, and the reference run's own list sets it);
     ``save_freq`` that saves nothing before the last step leaves a requeued attempt nothing to resume
     from (noted); a checkpoint folder that cannot be created is refused (verl fails at its first save).
     """
     problems = []
     mode = str(_get(cfg, "trainer.resume_mode", "auto"))
-    if mode == "disable":
+    if mode == "disable" and spec.cluster.kind == "slurm":  # a local run is never requeued
         problems.append(
             Problem(
                 spec.name,

@@ -18,11 +18,12 @@ cannot be created is refused. One :class:`Problem` per finding, on the key the u
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from grpokit.config.point import PointSpec
 from grpokit.validate.problems import Problem, note
@@ -43,9 +44,42 @@ def check(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
     return problems
 
 
-def _get(cfg: DictConfig, key: str, default=None):
+def _get(cfg: DictConfig, key: str, default=None, *, follow: bool = True):
+    """The value at ``key`` (dotted), resolved; ``default`` when missing or null.
+
+    Walks OmegaConf's nodes without resolving the sections on the way (``OmegaConf.select`` parses
+    the key and resolves every level, several times the cost, for every point of a sweep); only a
+    leaf that is an interpolation is resolved. ``follow=False``: such a leaf gives ``default`` (it
+    repeats another key, which is checked itself).
+    """
+    parent, _, leaf = key.rpartition(".")
+    node = cfg
+    for part in parent.split(".") if parent else ():
+        node = node._get_node(part) if isinstance(node, DictConfig) else None
+        if node is None or node._is_interpolation() or node._is_none():
+            return _slow_get(cfg, key, default)
+    if not isinstance(node, DictConfig):
+        return default
+    child = node._get_node(leaf)
+    if child is None:
+        return default
+    if child._is_interpolation():
+        return node.get(leaf, default) if follow else default
+    value = child._value()
+    return default if value is None else value
+
+
+def _slow_get(cfg: DictConfig, key: str, default):
+    from omegaconf import OmegaConf
+
     value = OmegaConf.select(cfg, key, default=default, throw_on_resolution_failure=False)
     return default if value is None else value
+
+
+@functools.cache
+def _importable(package: str) -> bool:
+    """``package`` imports in this environment (asked once per process)."""
+    return importlib.util.find_spec(package) is not None
 
 
 def n_gpus(cfg: DictConfig) -> int:
@@ -100,7 +134,7 @@ def check_parallel(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
     if _uses_critic(cfg):
         sp_keys += ["critic.ulysses_sequence_parallel_size", "critic.fsdp.ulysses_sequence_parallel_size"]
     for key in sp_keys:
-        sp = _get(cfg, key)
+        sp = _get(cfg, key, follow=False)  # ref's ${oc.select:...actor...} repeats the actor's key
         if sp is None or isinstance(sp, bool) or not isinstance(sp, int) or sp <= 1 or world % sp == 0:
             continue
         problems.append(
@@ -125,7 +159,7 @@ def check_engine(spec: PointSpec, cfg: DictConfig, installed=None) -> list[Probl
     """
     from grpokit.validate.verl_registries import ENGINE_PACKAGES, registries
 
-    installed = installed or (lambda package: importlib.util.find_spec(package) is not None)
+    installed = installed or _importable
     name = str(_get(cfg, f"{ARR}.rollout.name", ""))
     key = f"verl.{ARR}.rollout.name"
     known = registries().get("rollout")
@@ -288,12 +322,12 @@ def check_resume_contract(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
     if isinstance(save_freq, int) and spec.cluster.kind == "slurm":
         if save_freq <= 0:
             note(
-                f"[{spec.name}] verl.trainer.save_freq={save_freq}: verl saves no checkpoint, so a job requeued "
+                f"verl.trainer.save_freq={save_freq}: verl saves no checkpoint, so a job requeued "
                 "after a preemption or its time limit starts again from step 0; set verl.trainer.save_freq>0 to resume"
             )
         elif isinstance(steps, int) and save_freq >= steps > 1:
             note(
-                f"[{spec.name}] verl.trainer.save_freq={save_freq} >= total_training_steps={steps}: the only "
+                f"verl.trainer.save_freq={save_freq} >= total_training_steps={steps}: the only "
                 "checkpoint is the last step's, so a job requeued before the end starts again from step 0"
             )
     folder = _get(cfg, "trainer.default_local_dir")

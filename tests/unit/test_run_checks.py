@@ -18,6 +18,14 @@ from grpokit.validate.verl_registries import registries
 ARR = "verl.actor_rollout_ref"
 
 
+@pytest.fixture(autouse=True)
+def own_notes(monkeypatch):
+    """Notes said here (once per process) are not taken from later tests that expect to see them."""
+    from grpokit.validate import problems
+
+    monkeypatch.setattr(problems, "_SAID", set())
+
+
 def point(overrides: list[str]):
     return build_point(compose_kit(overrides), index=0, kit_overrides=overrides, swept={})
 

@@ -110,6 +110,14 @@ def kit_verdict(argv: list[str]) -> list[Problem]:
     return validate_point(spec)[1]
 
 
+@pytest.fixture(autouse=True)
+def own_notes(monkeypatch):
+    """Notes said here (once per process) are not taken from later tests that expect to see them."""
+    from grpokit.validate import problems
+
+    monkeypatch.setattr(problems, "_SAID", set())
+
+
 @pytest.fixture(scope="module")
 def setting(tiny_model_dir, gsm8k_dir, tmp_path_factory):
     """(tiny model, prepared GSM8K, an adapter folder, the kit's overrides every script gets)."""

@@ -224,14 +224,19 @@ MUTATIONS = [
         "verl.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
         "first update: prepare_micro_batches asserts (mini batch per GPU 32x8/16 = 16)",
     ),
-    (["data.train_batch_size=null"], GRPO, "verl.data.train_batch_size", "no batch size: the dataloader fails"),
+    (["data.train_batch_size=null"], GRPO, "verl.data.train_batch_size", "verl's dataloader gets batch_size=None"),
     (
         ["trainer.default_local_dir=/etc/hostname/ckpt"],
         GRPO,
         "verl.trainer.default_local_dir",
         "first save: the checkpoint folder cannot be created",
     ),
-    (["actor_rollout_ref.actor.entropy_coeff=abc"], GRPO, "verl.actor_rollout_ref.actor.entropy_coeff", "fails"),
+    (
+        ["actor_rollout_ref.actor.entropy_coeff=abc"],
+        GRPO,
+        "verl.actor_rollout_ref.actor.entropy_coeff",
+        "first update: text x tensor",
+    ),
 ]
 
 

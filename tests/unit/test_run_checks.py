@@ -88,6 +88,7 @@ def test_a_typed_global_micro_batch_wins_over_the_profiles_per_gpu_twin(base):
             f"{ARR}.actor.fsdp_config.ulysses_sequence_parallel_size",
         ),
         (f"{ARR}.model.lora_adapter_path=/nonexistent/adapter", f"{ARR}.model.lora_adapter_path"),
+        ("verl.reward.custom_reward_function.path=/nonexistent/reward.py", "verl.reward.custom_reward_function.path"),
         ("verl.algorithm.adv_estimator=gpro", "verl.algorithm.adv_estimator"),
         ("verl.reward.reward_manager.name=naiv", "verl.reward.reward_manager.name"),
         (f"{ARR}.rollout.gpu_memory_utilization=1.5", f"{ARR}.rollout.gpu_memory_utilization"),

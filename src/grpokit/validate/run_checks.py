@@ -190,8 +190,11 @@ def _local(path: str) -> bool:
 
 
 def check_paths(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
-    """Paths the trainer opens at start: a LoRA adapter, a tokenizer, the critic's and the reward model."""
-    keys = [f"{ARR}.model.lora_adapter_path", f"{ARR}.model.tokenizer_path"]
+    """Paths the trainer opens at start: a LoRA adapter, a tokenizer, the reward function's file, the
+    multi-turn tool config (multi-turn on), the critic's model (critic used), the reward model (enabled)."""
+    keys = [f"{ARR}.model.lora_adapter_path", f"{ARR}.model.tokenizer_path", "reward.custom_reward_function.path"]
+    if bool(_get(cfg, f"{ARR}.rollout.multi_turn.enable", False)):
+        keys += [f"{ARR}.rollout.multi_turn.tool_config_path"]
     if _uses_critic(cfg):
         keys += ["critic.model.path", "critic.model.tokenizer_path"]
     if bool(_get(cfg, "reward.reward_model.enable", False)):

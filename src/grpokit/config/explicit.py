@@ -82,6 +82,12 @@ def raise_unresolvable(exc: Exception, point: str, kit_overrides: list[str]) -> 
         if sep and value and f"'{value}'" in message:
             key = typed_key
             break
+    else:  # a null typed on a key the derived one reads (verl.data.train_batch_size=null -> max_num_seqs)
+        nulls = [k for k, _, v in (i.lstrip("+~").partition("=") for i in kit_overrides) if v in ("null", "~")]
+        if nulls and "NoneType" in message:
+            key = nulls[-1]
+            fix = f"set {key} to a value: {derived_key} is derived from it"
+            raise SweepValidationError([Problem(point, key, f"null leaves {derived_key} nothing to derive", fix)])
     fix = f"set {key} to a value of the right type" if key != derived_key else f"check {key} and what it derives from"
     raise SweepValidationError([Problem(point, key, f"{derived_key} cannot be computed: {message}", fix)])
 
@@ -99,3 +105,39 @@ def data_caps(spec) -> str | None:
     set_ = ", ".join(f"verl.{k}={v}" for k, v in caps)
     lift = " ".join(f"verl.{k}=-1" for k, _ in caps)
     return f"data caps: {set_}; to read every row: {lift}"
+
+
+#: verl's deprecated global micro-batch keys and their ``_per_gpu`` twins (verl refuses both set:
+#: "You have set both ... Please remove ... because only ..._per_gpu is supported";
+#: ``verl/workers/config/actor.py``, ``critic.py``, ``verl/utils/config.py::check_mutually_exclusive``).
+MICRO_BATCH_TWINS = {
+    "actor_rollout_ref.actor.ppo_micro_batch_size": "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size": "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size": (
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"
+    ),
+    "critic.ppo_micro_batch_size": "critic.ppo_micro_batch_size_per_gpu",
+    "critic.forward_micro_batch_size": "critic.forward_micro_batch_size_per_gpu",
+}
+
+
+def yield_presets(emitted: list[str], typed: dict[str, str]) -> tuple[list[str], list[str]]:
+    """The kit's preset yields to a micro-batch key the user typed (its deprecated global form).
+
+    A hardware profile sets ``..._per_gpu`` (``consumer_24gb``: 1); a user who types the global
+    twin (``verl.actor_rollout_ref.actor.ppo_micro_batch_size=8``, as verl's older example scripts
+    do) did not set both, so the profile's ``_per_gpu`` value is dropped (verl's default, null) and
+    the user's key is kept. A ``_per_gpu`` key the user typed too stays (verl then refuses the pair,
+    which the user did create). Returns (emitted overrides, one notice per yielded preset).
+    """
+    dropped, notices = set(), []
+    for global_key, per_gpu in MICRO_BATCH_TWINS.items():
+        if typed.get(global_key, "null") in ("null", "None", "") or per_gpu in typed:
+            continue
+        if any(o.split("=", 1)[0] == per_gpu and o.split("=", 1)[1] != "null" for o in emitted):
+            dropped.add(per_gpu)
+            notices.append(
+                f"verl.{global_key}={typed[global_key]} typed: the hardware profile's verl.{per_gpu} "
+                "is dropped (verl takes one of the two; yours wins)"
+            )
+    return [o for o in emitted if o.split("=", 1)[0] not in dropped], notices

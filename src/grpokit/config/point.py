@@ -16,7 +16,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from grpokit.config.explicit import raise_unresolvable, refuse_replaced, typed_verl_keys
+from grpokit.config.explicit import raise_unresolvable, refuse_replaced, typed_verl_keys, yield_presets
 from grpokit.config.overrides import format_value, verl_overrides
 from grpokit.config.schema import ClusterConf, RuntimeConf, SidecarConf, section_notices, sidecar_settings
 from grpokit.problems import Problem, SweepValidationError
@@ -206,6 +206,7 @@ def build_point(
         emitted = [o for o in verl_overrides(cfg) if o.lstrip("+").split("=", 1)[0] not in runtime_keys]
     except OmegaConfBaseException as exc:
         raise_unresolvable(exc, name, kit_overrides)
+    emitted, preset_notices = yield_presets(emitted, typed)
     # The kit always keeps verl's file logger (the point's metrics.jsonl), whatever trainer.logger says.
     loggers, logger_notice = with_file_logger(OmegaConf.select(cfg, "verl.trainer.logger"))
     logger_override = f"trainer.logger={format_value(loggers)}"
@@ -225,5 +226,5 @@ def build_point(
         model=_section(cfg, "model"),
         **sections,
         hardware=_section(cfg, "hardware"),
-        notices=[*deprecations, *([logger_notice] if logger_notice else [])],
+        notices=[*deprecations, *preset_notices, *([logger_notice] if logger_notice else [])],
     )

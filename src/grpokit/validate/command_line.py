@@ -35,7 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 from grpokit.config.overrides import flat_base
 from grpokit.config.schema import LAUNCHER_ELSEWHERE, ClusterConf, SidecarConf, rename_deprecated
 from grpokit.paths import config_groups, group_files
-from grpokit.problems import Problem
+from grpokit.problems import Problem, note
 from grpokit.validate.verl_check import _open_parent, suggest
 
 ALL = "all points"
@@ -143,20 +143,78 @@ def _is_mapping_with_new_keys(node, values: list[Any]) -> bool:
 
 
 def _type_problem(key: str, value: Any, current: Any) -> Problem | None:
-    """A value whose type cannot be what the key holds (an int where text came, ...)."""
+    """A value whose type cannot be what the key holds (an int where text came, ...).
+
+    A verl key that verl's config dataclass declares is judged by that declaration
+    (:func:`_declared_problem`); any other key by the type of its current value, except that an
+    integer default of a key that is not a size takes a number (verl's YAML writes ``0`` for
+    floats it has no dataclass for).
+    """
     if value is None or current is None:
         return None
+    if value == "" and isinstance(current, bool):  # `key=` (an unset shell variable in a launch script)
+        note(f"{key}= is empty: verl takes it (composition and validate_config pass) and reads it as false")
+        return None
+    if key.startswith("verl."):
+        from grpokit.config.verl_types import declared_kinds
+
+        allowed = declared_kinds(key[len("verl.") :])
+        if allowed is not None:
+            return _declared_problem(key, value, allowed, current)
     if isinstance(current, bool):
         if not isinstance(value, bool):
             return Problem(ALL, key, f"{value!r} is not true/false", f"set {key}=true or {key}=false")
         return None
     if isinstance(current, int):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return Problem(ALL, key, f"{value!r} is not an integer", f"set {key}=<integer>, e.g. {key}={current}")
+        if value != int(value) and (not key.startswith("verl.") or _SIZE_LEAF.match(key.rsplit(".", 1)[-1])):
             return Problem(ALL, key, f"{value!r} is not an integer", f"set {key}=<integer>, e.g. {key}={current}")
         return None
     if isinstance(current, float) and (isinstance(value, bool) or not isinstance(value, (int, float))):
         return Problem(ALL, key, f"{value!r} is not a number", f"set {key}=<number>, e.g. {key}={current}")
     return None
+
+
+def _declared_problem(key: str, value: Any, allowed: frozenset[str], current: Any) -> Problem | None:
+    """``value`` against what verl's dataclass declares (:func:`grpokit.config.verl_types.kinds`).
+
+    Only a value verl's field cannot hold is a problem: text for a number or a flag, a fraction for
+    an integer, a number for a flag. Text for a text field, any number for a ``float``, lists,
+    mappings and ``Any`` are left to verl.
+    """
+    if "any" in allowed or isinstance(value, (list, dict)):
+        return None
+    source = "verl's dataclass declares"
+    if isinstance(value, bool):
+        if allowed & {"bool", "str"}:
+            return None
+        return Problem(ALL, key, f"{value!r} is not a number ({source} {_words(allowed)})", f"set {key}=<number>")
+    if isinstance(value, (int, float)):
+        if "float" in allowed or "str" in allowed or ("int" in allowed and value == int(value)):
+            return None
+        if "int" in allowed:
+            example = current if isinstance(current, int) and not isinstance(current, bool) else int(value)
+            return Problem(
+                ALL, key, f"{value!r} is not an integer ({source} int)", f"set {key}=<integer>, e.g. {key}={example}"
+            )
+        if "bool" in allowed:
+            return Problem(ALL, key, f"{value!r} is not true/false", f"set {key}=true or {key}=false")
+        return None
+    if isinstance(value, str) and not allowed & {"str"}:
+        if "bool" in allowed:
+            return Problem(ALL, key, f"{value!r} is not true/false", f"set {key}=true or {key}=false")
+        if "int" in allowed and "float" not in allowed:
+            return Problem(
+                ALL, key, f"{value!r} is not an integer ({source} int)", f"set {key}=<integer>, e.g. {key}={current}"
+            )
+        if allowed & {"int", "float"}:
+            return Problem(ALL, key, f"{value!r} is not a number ({source} float)", f"set {key}=<number>")
+    return None
+
+
+def _words(allowed: frozenset[str]) -> str:
+    return " or ".join(sorted(allowed))
 
 
 def _minimum(key: str, default: Any) -> int | None:

@@ -113,7 +113,7 @@ def kit_verdict(argv: list[str]) -> list[Problem]:
 @pytest.fixture(autouse=True)
 def own_notes(monkeypatch):
     """Notes said here (once per process) are not taken from later tests that expect to see them."""
-    from grpokit.validate import problems
+    from grpokit import problems
 
     monkeypatch.setattr(problems, "_SAID", set())
 

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from grpokit.runtime.checkpoints import inspect_checkpoint, latest_complete, list_checkpoints, read_tracker
 
@@ -27,14 +28,14 @@ def make_ckpt(
         for rank in range(world):
             name = f"{kind}_world_size_{world}_rank_{rank}.pt"
             if name not in skip:
-                (actor / name).write_bytes(b"x")
+                torch.save({"rank": rank}, actor / name)
     if fsdp_config:
         (actor / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": world}))
     if hf:
         (actor / "huggingface").mkdir()
         (actor / "huggingface" / "config.json").write_text("{}")
     if data_pt:
-        (step_dir / "data.pt").write_bytes(b"x")
+        torch.save({"step": step}, step_dir / "data.pt")
     return step_dir
 
 

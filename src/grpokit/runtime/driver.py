@@ -45,6 +45,7 @@ from grpokit.config.point import PointSpec
 from grpokit.run_folder import FINAL_STATES, AttemptFolder, RunFolder, StatusFile, write_json_atomic
 from grpokit.run_folder.metrics import read_jsonl, write_merged
 from grpokit.runtime import (
+    checkpoints,
     compile_cache,
     completion,
     control,
@@ -180,7 +181,11 @@ class Driver:
             resume = prepare_resume(
                 Path(self.spec.checkpoint_dir), keep=int(keep) if keep not in (None, "null") else None
             )
-            self.status.update_attempt(resume_step=resume["resume_step"])
+            if resume["note"]:  # a damaged or partial checkpoint was set aside: the point's reason while it runs
+                self.status.data["reason"] = resume["note"]
+                self.status.update_attempt(resume_step=resume["resume_step"], checkpoint_set_aside=resume["note"])
+            else:
+                self.status.update_attempt(resume_step=resume["resume_step"])
             env = {
                 **os.environ,
                 **compile_cache.environment(self.spec.checkpoint_dir, os.environ),  # reused on resume
@@ -437,8 +442,10 @@ class Driver:
             alive=lambda: proc.poll() is None,
             force_stop=lambda: proc.stop(self.grace_s),
         )
+        ckpt_dir, saved = Path(self.spec.checkpoint_dir), None
         while True:
             rc = proc.poll()
+            saved = checkpoints.record_saved(ckpt_dir, saved)  # each save's file sizes, once verl's tracker names it
             if rc is not None:
                 return rc
             if self.stop_signal is not None:

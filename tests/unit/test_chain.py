@@ -207,6 +207,7 @@ def test_a_merger_failure_is_recorded_with_the_mergers_own_last_line(bare_point,
     for kind in ("model", "optim", "extra_state"):  # torch's zip, its data.pkl no pickle: verl's merger fails on it
         with zipfile.ZipFile(actor / f"{kind}_world_size_1_rank_0.pt", "w") as zf:
             zf.writestr(f"{kind}_world_size_1_rank_0/data.pkl", b"double" * 8)
+            zf.writestr(f"{kind}_world_size_1_rank_0/version", "3\n")
     torch.save({}, actor.parent / "data.pt")
     (run / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("2")
     assert chain_job.main([str(run), "--steps", "merge"]) == 1

@@ -105,6 +105,7 @@ class Driver:
         self._handlers: dict[int, Any] = {}  # the stop signals' handlers before open()
         self._attempt_open = False
         self._outcome: Outcome | None = None
+        self._reason_before_wait = ""  # status.json's reason under a wait's (_show_wait)
         self._retry: retry.Decision | None = None  # a crash retried (runtime.max_retries)
 
     # -- the lifecycle -----------------------------------------------------------------------------
@@ -390,6 +391,7 @@ class Driver:
             timeout_s=float(self.spec.runtime.ray_start_timeout_s),
             stop_requested=lambda: self.stop_signal is not None,
             abort=self._check_sidecars,  # a sidecar that died at once fails the attempt now, not after Ray's wait
+            on_wait=self._show_wait,  # a wait for this node's Ray start slot is the point's reason meanwhile
             **ray_resources.cluster_sizes(self.spec.runtime, num_cpus),
         )
         self.timings["ray_ready_s"] = round(time.monotonic() - t, 2)
@@ -400,6 +402,17 @@ class Driver:
         write_json_atomic(self.folder.endpoints, endpoints)
         ray_env["RAY_ADDRESS"] = self.cluster.address
         return ray_env
+
+    def _show_wait(self, why: str | None) -> None:
+        """Show what the attempt waits for as the point's reason in ``status.json`` (None: the wait is
+        over, the reason before it comes back)."""
+        if why is not None:
+            self._reason_before_wait = self.status.data.get("reason", "")
+        self.status.data["reason"] = why if why is not None else self._reason_before_wait
+        try:
+            self.status.save()
+        except OSError as exc:
+            log.warning("could not show the wait in status.json: %s", exc)
 
     def _check_sidecars(self) -> None:
         """Raise :class:`SidecarError` when a started sidecar has exited (polled while Ray starts)."""

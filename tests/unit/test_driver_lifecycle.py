@@ -329,3 +329,47 @@ def test_a_zeroed_shard_of_the_newest_save_is_set_aside_with_its_reason_in_statu
     assert log2.count("is incomplete") == 1 and "model_world_size_1_rank_0.pt has 0 bytes" in log2
     assert second.status["state"] == "completed"
     assert_closed(second, spec, signal_handlers)
+
+
+def test_a_wait_for_the_ray_start_slot_is_the_points_reason_meanwhile(
+    tmp_path, bare_point, signal_handlers, monkeypatch
+):
+    """Issue 24 item 5: while another of the user's jobs starts its Ray on the node, status.json's
+    reason says so (``grpokit status`` showed an empty ``running -/N``); the reason before it comes back."""
+    from grpokit.runtime import ray_cluster
+
+    monkeypatch.setattr(ray_cluster, "START_LOCK", tmp_path / "ray-start.lock")
+    for var in ("SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_ID"):  # the holder is named by its pid
+        monkeypatch.delenv(var, raising=False)
+    spec = make_spec(bare_point, tmp_path, steps=2)
+    status_path = Path(spec.run_dir) / "status.json"
+    held, seen = threading.Event(), []
+
+    def hold():  # the other job: holds the slot until the waiting point's status.json says it waits
+        with ray_cluster.start_slot(30):
+            held.set()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                reason = json.loads(status_path.read_text()).get("reason", "") if status_path.exists() else ""
+                if reason.startswith("waiting for"):
+                    seen.append(json.loads(status_path.read_text()))
+                    return
+                time.sleep(0.05)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(10)
+    stand_in = doubles.StandInRay()
+
+    def start_ray(**kwargs):  # the real start slot around the stand-in's start, as start_cluster does
+        with ray_cluster.start_slot(kwargs["timeout_s"], kwargs.get("stop_requested"), kwargs.pop("on_wait")):
+            return stand_in(**kwargs)
+
+    r = run_attempt(spec, ray=start_ray)
+    holder.join()
+    assert seen and seen[0]["state"] == "running"
+    at_most = float(spec.runtime.ray_start_timeout_s)
+    assert seen[0]["reason"] == (
+        f"waiting for this node's Ray start slot: pid {os.getpid()} starts its Ray; at most {at_most:.0f} s"
+    )
+    assert r.status["state"] == "completed" and r.status["reason"] == ""

@@ -86,7 +86,7 @@ def test_a_folder_another_user_created_is_refused_with_the_fix(own_state):
 def test_a_ray_start_refused_for_a_squatted_folder_says_why(own_state):
     own_state.write_text("not a folder")
     with pytest.raises(ray_cluster.RayStartError, match=r"^Ray head did not start on n1: the kit's node state folder"):
-        ray_cluster.start_cluster_once(
+        ray_cluster.start_cluster(
             log_dir=own_state.parent,
             env={},
             num_cpus=1,

@@ -106,11 +106,12 @@ def metrics_env(env: dict[str, str]) -> dict[str, str]:
     """``env`` with Ray's metrics export off unless the job set :data:`METRICS_SWITCH` itself.
 
     Ray serves its Prometheus metrics without authentication on ``--metrics-export-port``, bound to
-    every interface unless the node address is loopback (ray ``reporter_agent.py``: ``address=
-    get_localhost_ip() if is_localhost(ip) else ""``), so on a multi-node job any user on the network
-    could read them; the rest of the job's Ray is token-authenticated. Nothing in verl reads them.
-    ``runtime.env: {RAY_enable_metrics_collection: "1"}`` turns them back on (then a one-node job's
-    port is bound to 127.0.0.1, a multi-node job's to all interfaces, as Ray does).
+    every interface unless the agent's node address is loopback (ray ``reporter_agent.py``:
+    ``address=get_localhost_ip() if is_localhost(ip) else ""``); measured with Ray 2.60, a head
+    started with ``--node-ip-address=127.0.0.1`` still gave its agent the host's address, and the
+    port listened on 0.0.0.0. So any user who reaches the node could read them, while the rest of the
+    job's Ray is token-authenticated. Nothing in verl reads them. ``runtime.env:
+    {RAY_enable_metrics_collection: "1"}`` turns them back on (as Ray binds them).
     """
     return env if METRICS_SWITCH in env else {**env, METRICS_SWITCH: "0"}
 
@@ -220,10 +221,15 @@ def start_cluster(**kwargs) -> RayCluster:
 
     Raises:
         RayStartError: the last try's error (its first line: ``Ray head did not start on <node>
-            ...``); :class:`RayStartInterrupted` when the job is stopping.
+            ...``), or the user's node state folder is not private (not tried again: the same node);
+            :class:`RayStartInterrupted` when the job is stopping.
     """
     stop_requested = kwargs.get("stop_requested")
     on_wait = kwargs.pop("on_wait", None)
+    try:
+        start_lock_path()  # the user's node state folder: a node problem when it is not private
+    except node_state.NodeStateError as exc:
+        raise RayStartError(f"Ray head did not start on {(kwargs.get('nodes') or ['this node'])[0]}: {exc}") from None
     attempt = 0
     while True:
         attempt += 1

@@ -212,7 +212,8 @@ def test_resubmit_takes_exactly_the_failed_and_the_timed_out_point(kit, slurm, k
         assert merged == list(range(1, 26))
         assert len(kit.read_status(d)["attempts"]) == 2
     second = kit.read_status(run_dirs[0])["attempts"][1]
-    assert second["resume_step"] == 1 and second["first_step"] == 2, second
+    first_line = (run_dirs[0] / "attempts" / "2" / "metrics.jsonl").read_text().splitlines()[0]
+    assert second["resume_step"] == 1 and json.loads(first_line)["step"] == 2, second
     assert second["checkpoint_set_aside"].startswith("checkpoint global_step_2 set aside as global_step_2.incomplete-")
     why = f"global_step_2/data.pt has 0 bytes, {size} at save (.grpokit-sizes.json); resuming from global_step_1"
     assert second["checkpoint_set_aside"].endswith(why), second["checkpoint_set_aside"]

@@ -21,6 +21,7 @@ drive every way an attempt ends and check that :meth:`Driver.close` stopped each
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import secrets
@@ -36,6 +37,12 @@ from grpokit.runtime.parts import Host
 from grpokit.slurm.stop_view import SlurmStopView
 
 #: Prefix of every thread a stand-in starts (the tests check none is left after the close).
+_fake = importlib.util.spec_from_file_location("fake_verl_trainer_pt", Path(__file__).with_name("fake_verl_trainer.py"))
+_fake_trainer = importlib.util.module_from_spec(_fake)
+_fake.loader.exec_module(_fake_trainer)
+#: torch.save's file format without torch (the trainer test double's writer).
+write_pt = _fake_trainer.write_pt
+
 THREAD_PREFIX = "standin-"
 
 
@@ -228,10 +235,10 @@ class StandInTrainer:
         actor = self.ckpt / f"global_step_{step}" / "actor"
         (actor / "huggingface").mkdir(parents=True, exist_ok=True)
         for kind in ("model", "optim", "extra_state"):
-            (actor / f"{kind}_world_size_1_rank_0.pt").write_bytes(b"standin")
+            write_pt(actor / f"{kind}_world_size_1_rank_0.pt", {"standin": kind})
         (actor / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": 1}))
         (actor / "huggingface" / "config.json").write_text("{}")
-        (actor.parent / "data.pt").write_bytes(b"standin")
+        write_pt(actor.parent / "data.pt", {"step": step})
         (self.ckpt / "latest_checkpointed_iteration.txt").write_text(str(step))
 
     def _run(self) -> None:

@@ -7,6 +7,7 @@ tracker and file-logger contracts and the kit's checkpoint-on-demand hook.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -186,6 +187,16 @@ def test_resubmit_takes_exactly_the_failed_and_the_timed_out_point(kit, slurm, k
     assert [s["state"] for s in first] == ["failed", "failed", "completed"], [s.get("reason") for s in first]
     assert first[1]["attempts"][-1]["ended_by"] == "timeout"
     wait_jobs_gone([p["job_id"] for p in points], timeout=120)  # status.json is final just before the job ends
+    # issue 24 item 3: the crashed point's newest save (step 2) loses its data.pt (0 bytes, as a full
+    # disk or a cut copy leaves it): the resubmission resumes step 1, says why, and still completes
+    ckpt = run_dirs[0] / "checkpoints"
+    assert (
+        kit.read_status(run_dirs[0])["last_step"] == 2
+        and (ckpt / "latest_checkpointed_iteration.txt").read_text() == "2"
+    )
+    damaged = ckpt / "global_step_2" / "data.pt"
+    size = damaged.stat().st_size
+    os.truncate(damaged, 0)
     out = kit.run("resubmit.py", [str(sweep)])
     assert out.returncode == 0, out.stderr[-3000:]
     assert "resubmitted 000_" in out.stdout and "resubmitted 001_" in out.stdout and "002_" not in out.stdout
@@ -200,6 +211,12 @@ def test_resubmit_takes_exactly_the_failed_and_the_timed_out_point(kit, slurm, k
         merged = [json.loads(x)["step"] for x in (d / "metrics.jsonl").read_text().splitlines()]
         assert merged == list(range(1, 26))
         assert len(kit.read_status(d)["attempts"]) == 2
+    second = kit.read_status(run_dirs[0])["attempts"][1]
+    first_line = (run_dirs[0] / "attempts" / "2" / "metrics.jsonl").read_text().splitlines()[0]
+    assert second["resume_step"] == 1 and json.loads(first_line)["step"] == 2, second
+    assert second["checkpoint_set_aside"].startswith("checkpoint global_step_2 set aside as global_step_2.incomplete-")
+    why = f"global_step_2/data.pt has 0 bytes, {size} at save (.grpokit-sizes.json); resuming from global_step_1"
+    assert second["checkpoint_set_aside"].endswith(why), second["checkpoint_set_aside"]
 
 
 def test_sbatch_single_run_survives_a_preemption_without_user_signal(kit, slurm, kit_overrides, tmp_path):

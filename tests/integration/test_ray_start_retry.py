@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import socket
+import time
 
 import psutil
 import pytest
@@ -68,5 +69,29 @@ def test_a_head_whose_gcs_port_is_taken_is_started_again_with_fresh_ports(tmp_pa
         head_tree = {cluster.head.pid, *(p.pid for p in psutil.Process(cluster.head.pid).children(recursive=True))}
         leftovers = {p.pid for p in psutil.Process().children(recursive=True)} - procs_before - head_tree
         assert not leftovers, [psutil.Process(p).cmdline() for p in leftovers if psutil.pid_exists(p)]
+        # issue 24 item 5: Ray's unauthenticated Prometheus export is off (the kit sets
+        # RAY_enable_metrics_collection=0; the raylet starts its dashboard agent with
+        # --disable-metrics-collection). With it on, the agent listened on 0.0.0.0:<port> although
+        # the head was given --node-ip-address=127.0.0.1 (measured, Ray 2.60: the agent got the host's address).
+        assert _await_agent(cluster.head.pid), "Ray's dashboard agent (it would serve the metrics) did not start"
+        port = cluster.ports["metrics_export"]
+        listening = [c for c in psutil.net_connections("tcp") if c.status == "LISTEN" and c.laddr.port == port]
+        assert not listening, f"something listens on Ray's metrics export port {port}: {listening}"
     finally:
         cluster.stop(grace_s=10)
+
+
+def _await_agent(head_pid: int, timeout_s: float = 30) -> psutil.Process | None:
+    """Ray's dashboard agent under the head (the raylet starts it; it renames itself
+    ``ray::DashboardAgent``), once it is there; None if it never is."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for proc in psutil.Process(head_pid).children(recursive=True):
+            try:
+                cmd = proc.cmdline()
+                if cmd and (cmd[0] == "ray::DashboardAgent" or any(c.endswith("dashboard/agent.py") for c in cmd)):
+                    return proc
+            except psutil.Error:
+                continue
+        time.sleep(0.5)
+    return None

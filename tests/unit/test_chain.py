@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import sys
+import zipfile
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from grpokit.config.schema import ChainConf
 from grpokit.evaluation import chain as chain_job
@@ -94,7 +96,7 @@ def _real_checkpoint(run: Path, model_dir: Path, step: int = 2) -> None:
     (actor / "huggingface").mkdir(parents=True)
     (actor / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": 1}))
     fake_verl_trainer.real_weights(actor, model_dir, 1)
-    (actor.parent / "data.pt").write_bytes(b"{}")
+    fake_verl_trainer.write_pt(actor.parent / "data.pt", {})
     (run / "checkpoints" / "latest_checkpointed_iteration.txt").write_text(str(step))
 
 
@@ -202,9 +204,11 @@ def test_a_merger_failure_is_recorded_with_the_mergers_own_last_line(bare_point,
     (actor / "huggingface").mkdir(parents=True)
     (actor / "huggingface" / "config.json").write_text(json.dumps({"model_type": "qwen3"}))
     (actor / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": 1}))
-    for kind in ("model", "optim", "extra_state"):  # not torch files: verl's real merger fails on them
-        (actor / f"{kind}_world_size_1_rank_0.pt").write_bytes(b"double" * 8)
-    (actor.parent / "data.pt").write_bytes(b"{}")
+    for kind in ("model", "optim", "extra_state"):  # torch's zip, its data.pkl no pickle: verl's merger fails on it
+        with zipfile.ZipFile(actor / f"{kind}_world_size_1_rank_0.pt", "w") as zf:
+            zf.writestr(f"{kind}_world_size_1_rank_0/data.pkl", b"double" * 8)
+            zf.writestr(f"{kind}_world_size_1_rank_0/version", "3\n")
+    torch.save({}, actor.parent / "data.pt")
     (run / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("2")
     assert chain_job.main([str(run), "--steps", "merge"]) == 1
     record = json.loads((run / "chain_status.json").read_text())

@@ -25,6 +25,7 @@ from types import SimpleNamespace
 import pytest
 
 from grpokit.config.point import PointSpec
+from grpokit.runtime import checkpoints
 from grpokit.runtime.driver import STOP_SIGNALS, Driver
 from grpokit.runtime.parts import Parts
 from grpokit.slurm.stop_view import SlurmStopView
@@ -299,3 +300,76 @@ def test_a_real_trainer_process_tree_is_stopped_when_ray_dies(tmp_path, bare_poi
     trainer_pid, child = driver.trainer.pid, int(child_pid.read_text())
     assert not psutil.pid_exists(trainer_pid) or psutil.Process(trainer_pid).status() == psutil.STATUS_ZOMBIE
     assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_zeroed_shard_of_the_newest_save_is_set_aside_with_its_reason_in_status(
+    tmp_path, bare_point, signal_handlers
+):
+    """Issue 24 item 3: the driver records each save's file sizes while the trainer runs; a shard
+    zeroed afterwards makes the next attempt resume the previous step, with the reason in status.json."""
+    spec = make_spec(bare_point, tmp_path)
+    first = run_attempt(spec, script={3: _send(signal.SIGUSR2)})
+    assert first.status["state"] == "requeued"
+    ckpt = Path(spec.checkpoint_dir)
+    saved = sorted(int(p.parent.name.split("_")[-1]) for p in ckpt.glob(f"global_step_*/{checkpoints.MANIFEST}"))
+    assert saved == [1, 2, 3], "every save got its sizes recorded (3: the save on request)"
+    shard = ckpt / "global_step_3" / "actor" / "model_world_size_1_rank_0.pt"
+    size = shard.stat().st_size
+    os.truncate(shard, 0)
+    seen = []  # status.json's reason while the trainer runs: what `grpokit status` shows
+    second = run_attempt(
+        spec, script={3: lambda _t: seen.append(json.loads((Path(spec.run_dir) / "status.json").read_text()))}
+    )
+    assert second.attempt["resume_step"] == 2
+    assert seen[0]["state"] == "running" and seen[0]["reason"] == second.attempt["checkpoint_set_aside"]
+    note = second.attempt["checkpoint_set_aside"]
+    assert note.startswith("checkpoint global_step_3 set aside as global_step_3.incomplete-"), note
+    assert note.endswith(f"{shard} has 0 bytes, {size} at save ({checkpoints.MANIFEST}); resuming from global_step_2")
+    log2 = (Path(spec.run_dir) / "attempts" / "2" / "driver.log").read_text()
+    assert log2.count("is incomplete") == 1 and "model_world_size_1_rank_0.pt has 0 bytes" in log2
+    assert second.status["state"] == "completed"
+    assert_closed(second, spec, signal_handlers)
+
+
+def test_a_wait_for_the_ray_start_slot_is_the_points_reason_meanwhile(
+    tmp_path, bare_point, signal_handlers, monkeypatch
+):
+    """Issue 24 item 5: while another of the user's jobs starts its Ray on the node, status.json's
+    reason says so (``grpokit status`` showed an empty ``running -/N``); the reason before it comes back."""
+    from grpokit.runtime import ray_cluster
+
+    monkeypatch.setattr(ray_cluster, "START_LOCK", tmp_path / "ray-start.lock")
+    for var in ("SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_ID"):  # the holder is named by its pid
+        monkeypatch.delenv(var, raising=False)
+    spec = make_spec(bare_point, tmp_path, steps=2)
+    status_path = Path(spec.run_dir) / "status.json"
+    held, seen = threading.Event(), []
+
+    def hold():  # the other job: holds the slot until the waiting point's status.json says it waits
+        with ray_cluster.start_slot(30):
+            held.set()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                reason = json.loads(status_path.read_text()).get("reason", "") if status_path.exists() else ""
+                if reason.startswith("waiting for"):
+                    seen.append(json.loads(status_path.read_text()))
+                    return
+                time.sleep(0.05)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(10)
+    stand_in = doubles.StandInRay()
+
+    def start_ray(**kwargs):  # the real start slot around the stand-in's start, as start_cluster does
+        with ray_cluster.start_slot(kwargs["timeout_s"], kwargs.get("stop_requested"), kwargs.pop("on_wait")):
+            return stand_in(**kwargs)
+
+    r = run_attempt(spec, ray=start_ray)
+    holder.join()
+    assert seen and seen[0]["state"] == "running"
+    at_most = float(spec.runtime.ray_start_timeout_s)
+    assert seen[0]["reason"] == (
+        f"waiting for this node's Ray start slot: pid {os.getpid()} starts its Ray; at most {at_most:.0f} s"
+    )
+    assert r.status["state"] == "completed" and r.status["reason"] == ""

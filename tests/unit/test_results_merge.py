@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from grpokit.evaluation import merge as merge_cmd
 from grpokit.evaluation.merge import CheckpointError, choose_checkpoint, merge_run
@@ -23,8 +24,8 @@ def make_ckpt(ckpt_dir: Path, step: int, world: int = 2, drop: tuple[str, ...] =
     (actor / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": world}))
     for kind in ("model", "optim", "extra_state"):
         for r in range(world):
-            (actor / f"{kind}_world_size_{world}_rank_{r}.pt").write_bytes(b"x")
-    (actor.parent / "data.pt").write_bytes(b"x")
+            torch.save({}, actor / f"{kind}_world_size_{world}_rank_{r}.pt")
+    torch.save({}, actor.parent / "data.pt")
     for rel in drop:
         target = actor.parent / rel
         if target.is_dir():

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from grpokit.runtime import shared_fs
 from grpokit.runtime.resume import ResumeRefused, check_world_size
@@ -19,10 +20,10 @@ def verl_checkpoint(ckpt: Path, step: int, world: int) -> None:
     (actor / "huggingface").mkdir(parents=True)
     for rank in range(world):
         for kind in ("model", "optim", "extra_state"):
-            (actor / f"{kind}_world_size_{world}_rank_{rank}.pt").write_bytes(b"x")
+            torch.save({}, actor / f"{kind}_world_size_{world}_rank_{rank}.pt")
     (actor / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": world}))
     (actor / "huggingface" / "config.json").write_text("{}")
-    (ckpt / f"global_step_{step}" / "data.pt").write_bytes(b"x")
+    torch.save({}, ckpt / f"global_step_{step}" / "data.pt")
     (ckpt / "latest_checkpointed_iteration.txt").write_text(str(step))
 
 

@@ -12,14 +12,28 @@ Layout (verl 0.9.1, ``verl/trainer/ppo/ray_trainer.py::_save_checkpoint`` and
     <ckpt_dir>/global_step_N/actor/huggingface/config.json  model config + tokenizer (rank 0)
 
 A job killed during a save leaves a ``global_step_N`` without some of these; the tracker file can
-still name a step whose folder was pruned or is partial.
+still name a step whose folder was pruned or is partial. A file can also be there but damaged (a
+0-byte or truncated shard: a full disk, a copy cut short, a hand-made ``truncate``). So complete means
+by content too:
+
+- with the kit's manifest ``global_step_N/.grpokit-sizes.json`` (:func:`record_saved`, written by the
+  job's driver once verl's tracker names the step, i.e. after verl's save returned), every file it
+  lists has the size recorded there;
+- without one (the driver died before it saw the save), each file passes a header check that reads
+  no tensor: ``*.pt`` is torch's zip archive (``torch.save`` since torch 1.6; its central directory,
+  at the end of the file, lists a ``data.pkl``: a truncated or zeroed archive has none) or a legacy
+  pickle, ``*.safetensors`` has its 8-byte header length, a JSON header, and exactly the bytes its
+  ``data_offsets`` end at; no file is empty.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import struct
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +43,8 @@ TRACKER_FILE = "latest_checkpointed_iteration.txt"
 STEP_DIR_RE = re.compile(r"^global_step_(\d+)$")
 SHARD_RE = re.compile(r"^(model|optim|extra_state)_world_size_(\d+)_rank_(\d+)\.pt$")
 SHARD_KINDS = ("model", "optim", "extra_state")
+#: The kit's record of each file's size at save time, inside ``global_step_N``.
+MANIFEST = ".grpokit-sizes.json"
 
 
 @dataclass(frozen=True)
@@ -36,7 +52,8 @@ class CheckpointInfo:
     """One ``global_step_N`` folder.
 
     step: N. path: the ``global_step_N`` folder. complete: every file listed in the module
-    docstring is present. problems: human-readable reasons when not complete (empty when complete).
+    docstring is present and intact (its recorded size, else its header). problems: human-readable
+    reasons when not complete (empty when complete).
     world_size: W read from fsdp_config.json, else from the shard names (None when neither).
     tracked: the tracker file names this step.
     """
@@ -114,6 +131,134 @@ def _check_actor(actor: Path) -> tuple[list[str], int | None]:
     return problems, world
 
 
+def torch_file_problem(path: Path) -> str | None:
+    """Why ``path`` is not a loadable torch file, from its header and zip directory only; None when it is.
+
+    torch.save writes a zip archive (``<name>/data.pkl`` plus one entry per tensor storage; torch's
+    ``serialization.py``); its central directory is at the end, so a truncated or zeroed file has none.
+    A legacy (pre-1.6) file is a pickle stream (first byte 0x80): accepted when not empty.
+    """
+    size = path.stat().st_size
+    if size == 0:
+        return f"{path} is empty (0 bytes)"
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    if head.startswith(b"\x80"):
+        return None
+    if not head.startswith(b"PK\x03\x04"):
+        return f"{path} is not a torch file (neither torch.save's zip archive nor a pickle; {size} bytes)"
+    try:
+        with zipfile.ZipFile(path) as zf:
+            entries = zf.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        return f"{path} is a damaged torch file ({size} bytes, truncated?): {exc}"
+    if not any(e.filename.endswith("/data.pkl") or e.filename == "data.pkl" for e in entries):
+        return f"{path} is a zip archive without torch's data.pkl"
+    end = max((e.header_offset + e.compress_size for e in entries), default=0)
+    if end > size:
+        return f"{path} is truncated: its zip directory needs {end} bytes, the file has {size}"
+    return None
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """Why ``path`` is not a whole safetensors file (header length, JSON header, data size); None when it is.
+
+    Format (huggingface/safetensors README): u64 little-endian N, N bytes of JSON
+    ``{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": ...}``, then the data.
+    """
+    size = path.stat().st_size
+    if size < 8:
+        return f"{path} is too short for a safetensors file ({size} bytes)"
+    with open(path, "rb") as fh:
+        (n,) = struct.unpack("<Q", fh.read(8))
+        if 8 + n > size:
+            return f"{path} is truncated: its header says {n} bytes, the file has {size}"
+        try:
+            header = json.loads(fh.read(n))
+        except ValueError as exc:
+            return f"{path} has an unreadable safetensors header: {exc}"
+    ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)]
+    want = 8 + n + max(ends, default=0)
+    if want != size:
+        return f"{path} is truncated: its header needs {want} bytes, the file has {size}"
+    return None
+
+
+def _files(step_dir: Path) -> list[Path]:
+    """Every regular file under ``step_dir`` but the manifest, sorted."""
+    return sorted(p for p in step_dir.rglob("*") if p.is_file() and p.name != MANIFEST)
+
+
+def content_problems(step_dir: Path) -> list[str]:
+    """Damaged files of ``global_step_N``: by the sizes in its manifest, else by header checks."""
+    manifest = step_dir / MANIFEST
+    if manifest.exists():
+        try:
+            sizes = json.loads(manifest.read_text())["files"]
+        except (ValueError, KeyError, TypeError, OSError) as exc:
+            log.warning("%s is unreadable (%r): checking file headers instead", manifest, exc)
+        else:
+            problems = []
+            for rel, size in sorted(sizes.items()):
+                path = step_dir / rel
+                if not path.exists():
+                    problems.append(f"missing {path} ({size} bytes at save)")
+                elif (have := path.stat().st_size) != size:
+                    problems.append(f"{path} has {have} bytes, {size} at save ({MANIFEST})")
+            return problems
+    problems = []
+    for path in _files(step_dir):
+        if path.suffix == ".pt":
+            why = torch_file_problem(path)
+        elif path.suffix == ".safetensors":
+            why = safetensors_problem(path)
+        else:
+            why = f"{path} is empty (0 bytes)" if path.stat().st_size == 0 else None
+        if why:
+            problems.append(why)
+    return problems
+
+
+def record_saved(ckpt_dir: Path | str, seen: int | None = None) -> int | None:
+    """Write the manifest of the step the tracker names, once verl's save of it is over.
+
+    verl writes ``latest_checkpointed_iteration.txt`` after every file of the step (module
+    docstring), so when the tracker names N, ``global_step_N`` is whole: its files' sizes are
+    recorded in ``global_step_N/.grpokit-sizes.json`` (``{"step": N, "files": {relative path:
+    bytes}}``), after the header checks pass (a step already damaged gets no manifest). Cheap when
+    nothing changed: one read of the tracker. Never raises (a failure is logged; the header checks
+    remain).
+
+    Args:
+        ckpt_dir: verl's ``trainer.default_local_dir``.
+        seen: the step this returned last time (nothing is done while the tracker still names it).
+
+    Returns:
+        The tracker's step (None when there is none).
+    """
+    ckpt_dir = Path(ckpt_dir)
+    try:
+        step = read_tracker(ckpt_dir)
+        if step is None or step == seen:
+            return step
+        step_dir = ckpt_dir / f"global_step_{step}"
+        if not step_dir.is_dir() or (step_dir / MANIFEST).exists():
+            return step
+        info = inspect_checkpoint(step_dir)
+        if not info.complete:
+            log.warning("checkpoint %s is not whole after its save: %s", step_dir, "; ".join(info.problems))
+            return step
+        files = {str(p.relative_to(step_dir)): p.stat().st_size for p in _files(step_dir)}
+        tmp = step_dir / f".{MANIFEST}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps({"step": step, "files": files}))
+        os.replace(tmp, step_dir / MANIFEST)
+        log.info("checkpoint %s saved: %d files, %d bytes recorded", step_dir, len(files), sum(files.values()))
+    except OSError as exc:
+        log.warning("could not record the sizes of the checkpoint named by %s: %s", ckpt_dir / TRACKER_FILE, exc)
+        return seen
+    return step
+
+
 def inspect_checkpoint(step_dir: Path | str, tracked: bool = False) -> CheckpointInfo:
     """Check one ``global_step_N`` folder (see the module docstring for what complete means)."""
     step_dir = Path(step_dir)
@@ -123,6 +268,8 @@ def inspect_checkpoint(step_dir: Path | str, tracked: bool = False) -> Checkpoin
     problems, world = _check_actor(step_dir / "actor")
     if not (step_dir / "data.pt").exists():
         problems.insert(0, f"missing {step_dir / 'data.pt'} (the dataloader state, saved after the actor)")
+    if step_dir.is_dir():
+        problems.extend(p for p in content_problems(step_dir) if p not in problems)
     return CheckpointInfo(
         step=int(m.group(1)),
         path=step_dir,

@@ -46,6 +46,7 @@ from grpokit.config.point import PointSpec
 from grpokit.run_folder import FINAL_STATES, AttemptFolder, RunFolder, StatusFile, write_json_atomic
 from grpokit.run_folder.metrics import read_jsonl, write_merged
 from grpokit.runtime import (
+    checkpoints,
     compile_cache,
     completion,
     control,
@@ -104,6 +105,7 @@ class Driver:
         self._handlers: dict[int, Any] = {}  # the stop signals' handlers before open()
         self._attempt_open = False
         self._outcome: Outcome | None = None
+        self._reason_before_wait = ""  # status.json's reason under a wait's (_show_wait)
         self._retry: retry.Decision | None = None  # a crash retried (runtime.max_retries)
 
     # -- the lifecycle -----------------------------------------------------------------------------
@@ -180,7 +182,11 @@ class Driver:
             resume = prepare_resume(
                 Path(self.spec.checkpoint_dir), keep=int(keep) if keep not in (None, "null") else None
             )
-            self.status.update_attempt(resume_step=resume["resume_step"])
+            if resume["note"]:  # a damaged or partial checkpoint was set aside: the point's reason while it runs
+                self.status.data["reason"] = resume["note"]
+                self.status.update_attempt(resume_step=resume["resume_step"], checkpoint_set_aside=resume["note"])
+            else:
+                self.status.update_attempt(resume_step=resume["resume_step"])
             env = {
                 **os.environ,
                 **compile_cache.environment(self.spec.checkpoint_dir, os.environ),  # reused on resume
@@ -385,6 +391,7 @@ class Driver:
             timeout_s=float(self.spec.runtime.ray_start_timeout_s),
             stop_requested=lambda: self.stop_signal is not None,
             abort=self._check_sidecars,  # a sidecar that died at once fails the attempt now, not after Ray's wait
+            on_wait=self._show_wait,  # a wait for this node's Ray start slot is the point's reason meanwhile
             **ray_resources.cluster_sizes(self.spec.runtime, num_cpus),
         )
         self.timings["ray_ready_s"] = round(time.monotonic() - t, 2)
@@ -395,6 +402,17 @@ class Driver:
         write_json_atomic(self.folder.endpoints, endpoints)
         ray_env["RAY_ADDRESS"] = self.cluster.address
         return ray_env
+
+    def _show_wait(self, why: str | None) -> None:
+        """Show what the attempt waits for as the point's reason in ``status.json`` (None: the wait is
+        over, the reason before it comes back)."""
+        if why is not None:
+            self._reason_before_wait = self.status.data.get("reason", "")
+        self.status.data["reason"] = why if why is not None else self._reason_before_wait
+        try:
+            self.status.save()
+        except OSError as exc:
+            log.warning("could not show the wait in status.json: %s", exc)
 
     def _check_sidecars(self) -> None:
         """Raise :class:`SidecarError` when a started sidecar has exited (polled while Ray starts)."""
@@ -437,8 +455,10 @@ class Driver:
             alive=lambda: proc.poll() is None,
             force_stop=lambda: proc.stop(self.grace_s),
         )
+        ckpt_dir, saved = Path(self.spec.checkpoint_dir), None
         while True:
             rc = proc.poll()
+            saved = checkpoints.record_saved(ckpt_dir, saved)  # each save's file sizes, once verl's tracker names it
             if rc is not None:
                 return rc
             if self.stop_signal is not None:

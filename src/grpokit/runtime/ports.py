@@ -1,10 +1,14 @@
 """Ports no other job on this node holds, chosen so that jobs starting together never collide.
 
 Random ports collide when many jobs start at once (NeMo-Skills#1484) and two ``ray start --head``
-on one node fight over 6379 (ray#10154). Here every reservation goes through one node-local lock
-file: under the lock, ports held by live reservations are skipped and each candidate is
-bind-tested; the reservation (owner pid and ports) is written before the lock is released, and it
-lapses when its owner process dies.
+on one node fight over 6379 (ray#10154). Here every reservation of one user's jobs goes through one
+node-local lock file in the user's private folder (:mod:`grpokit.runtime.node_state`): under the
+lock, ports held by live reservations are skipped and each candidate is bind-tested; the
+reservation (owner pid and ports) is written before the lock is released, and it lapses when its
+owner process dies. Other users' jobs keep their own registries, which no user can read or change
+for another: their ports are proven taken by the bind test alone (a port another user reserved but
+has not bound yet can still be chosen; Ray's start then fails on it and is tried again with fresh
+ports, :func:`grpokit.runtime.ray_cluster.start_cluster`).
 """
 
 from __future__ import annotations
@@ -19,8 +23,20 @@ from pathlib import Path
 
 import psutil
 
-#: One registry per node, shared by all users' jobs (world-writable /tmp path, sticky bit).
-REGISTRY = Path(os.environ.get("GRPOKIT_PORT_REGISTRY", "/tmp/grpokit-ports.json"))
+from grpokit.runtime import node_state
+
+#: The registry file when set (``GRPOKIT_PORT_REGISTRY``, tests); else ``ports.json`` in this user's
+#: private node state folder (:func:`registry_path`).
+REGISTRY: Path | None = Path(os.environ["GRPOKIT_PORT_REGISTRY"]) if os.environ.get("GRPOKIT_PORT_REGISTRY") else None
+
+
+def registry_path() -> Path:
+    """This user's registry on this node (its folder created and checked private on first use).
+
+    Raises:
+        node_state.NodeStateError: the folder is not private (another user's, a symlink).
+    """
+    return REGISTRY if REGISTRY is not None else node_state.state_dir() / "ports.json"
 
 
 def _ephemeral_low(default: int = 32768) -> int:
@@ -40,15 +56,13 @@ HIGH = int(os.environ.get("GRPOKIT_PORT_HIGH", min(_ephemeral_low(), 65536)))
 
 @contextlib.contextmanager
 def _locked(path: Path):
-    lock = path.with_suffix(".lock")
-    with open(lock, "a+") as fh:
-        with contextlib.suppress(PermissionError):
-            os.chmod(lock, 0o666)
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    """Hold ``<registry>.lock`` (created 0600, this user's) while the registry is read and written."""
+    fd = node_state.private_file(path.with_suffix(".lock"))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _free(port: int, host: str) -> bool:
@@ -86,8 +100,9 @@ def reserve_ports(count: int, *, contiguous: int = 0, host: str = "0.0.0.0", own
     """
     owner = owner or os.getpid()
     rng = random.Random(os.getpid() ^ int.from_bytes(os.urandom(4), "little"))
-    with _locked(REGISTRY):
-        data = _live_reservations(_read())
+    registry = registry_path()
+    with _locked(registry):
+        data = _live_reservations(_read(registry))
         held = {p for v in data.values() for p in v["ports"]}
         chosen: list[int] = []
 
@@ -107,7 +122,7 @@ def reserve_ports(count: int, *, contiguous: int = 0, host: str = "0.0.0.0", own
             start = _find_block(contiguous, ok, rng.randrange(LOW, max(LOW + 1, HIGH - contiguous + 1)), host)
             block = list(range(start, start + contiguous))
         data[f"{owner}-{len(data)}-{rng.random():.6f}"] = {"pid": owner, "ports": chosen + block}
-        _write(data)
+        _write(registry, data)
     return chosen + ([block[0]] if block else [])
 
 
@@ -138,29 +153,28 @@ def _find_block(size: int, ok, origin: int, host: str) -> int:
     )
 
 
-def _read() -> dict:
+def _read(registry: Path) -> dict:
     """The registry (caller holds the lock); an unreadable one counts as empty (it is rebuilt)."""
     try:
-        data = json.loads(REGISTRY.read_text() or "{}")
+        data = json.loads(registry.read_text() or "{}")
     except (FileNotFoundError, json.JSONDecodeError):
         return {}
     return data if isinstance(data, dict) else {}
 
 
-def _write(data: dict) -> None:
-    """Replace the registry atomically (caller holds the lock); every user's jobs may rewrite it."""
-    tmp = REGISTRY.with_suffix(f".{os.getpid()}.tmp")
+def _write(registry: Path, data: dict) -> None:
+    """Replace the registry atomically (caller holds the lock)."""
+    tmp = registry.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data))
-    with contextlib.suppress(PermissionError):
-        os.chmod(tmp, 0o666)
-    os.replace(tmp, REGISTRY)
+    os.replace(tmp, registry)
 
 
 def reserved() -> dict[int, list[int]]:
     """``{owner pid: [ports]}`` of the live reservations on this node (blocks expanded)."""
-    with _locked(REGISTRY):
+    registry = registry_path()
+    with _locked(registry):
         out: dict[int, list[int]] = {}
-        for v in _live_reservations(_read()).values():
+        for v in _live_reservations(_read(registry)).values():
             out.setdefault(int(v["pid"]), []).extend(v["ports"])
     return out
 
@@ -168,7 +182,8 @@ def reserved() -> dict[int, list[int]]:
 def release_ports(owner: int | None = None) -> None:
     """Drop the reservations of ``owner`` (default: this process) before it exits."""
     owner = owner or os.getpid()
-    with _locked(REGISTRY):
-        if not REGISTRY.exists():
+    registry = registry_path()
+    with _locked(registry):
+        if not registry.exists():
             return
-        _write({k: v for k, v in _live_reservations(_read()).items() if int(v["pid"]) != owner})
+        _write(registry, {k: v for k, v in _live_reservations(_read(registry)).items() if int(v["pid"]) != owner})

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from grpokit import procs
-from grpokit.runtime import ports
+from grpokit.runtime import node_state, ports
 from grpokit.slurm.nodes import srun_step
 
 log = logging.getLogger(__name__)
@@ -96,6 +96,25 @@ def port_args(p: dict[str, int], worker_block_start: int, worker_ports: int = WO
         f"--max-worker-port={worker_block_start + worker_ports - 1}",
     ]
     return args
+
+
+#: Ray's switch for its metrics agent (``RayConfig`` ``enable_metrics_collection``; with 0 the raylet
+#: starts the dashboard agent with ``--disable-metrics-collection``, which opens no Prometheus port).
+METRICS_SWITCH = "RAY_enable_metrics_collection"
+
+
+def metrics_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with Ray's metrics export off unless the job set :data:`METRICS_SWITCH` itself.
+
+    Ray serves its Prometheus metrics without authentication on ``--metrics-export-port``, bound to
+    every interface unless the agent's node address is loopback (ray ``reporter_agent.py``:
+    ``address=get_localhost_ip() if is_localhost(ip) else ""``); measured with Ray 2.60, a head
+    started with ``--node-ip-address=127.0.0.1`` still gave its agent the host's address, and the
+    port listened on 0.0.0.0. So any user who reaches the node could read them, while the rest of the
+    job's Ray is token-authenticated. Nothing in verl reads them. ``runtime.env:
+    {RAY_enable_metrics_collection: "1"}`` turns them back on (as Ray binds them).
+    """
+    return env if METRICS_SWITCH in env else {**env, METRICS_SWITCH: "0"}
 
 
 def ray_cli() -> list[str]:
@@ -199,17 +218,24 @@ def start_cluster(**kwargs) -> RayCluster:
     other failure :data:`OTHER_START_ATTEMPTS` times, after a random pause (:data:`RETRY_SPREAD_S`);
     each try is logged (the job's ``driver.log``).
     A stop signal, or ``abort`` raising, ends the start at once without a new try.
+    ``on_wait`` (popped from the keyword arguments) is :func:`start_slot`'s: told what the start waits for.
 
     Raises:
         RayStartError: the last try's error (its first line: ``Ray head did not start on <node>
-            ...``); :class:`RayStartInterrupted` when the job is stopping.
+            ...``), or the user's node state folder is not private (not tried again: the same node);
+            :class:`RayStartInterrupted` when the job is stopping.
     """
     stop_requested = kwargs.get("stop_requested")
+    on_wait = kwargs.pop("on_wait", None)
+    try:
+        start_lock_path()  # the user's node state folder: a node problem when it is not private
+    except node_state.NodeStateError as exc:
+        raise RayStartError(f"Ray head did not start on {(kwargs.get('nodes') or ['this node'])[0]}: {exc}") from None
     attempt = 0
     while True:
         attempt += 1
         try:
-            with start_slot(float(kwargs.get("timeout_s", 180)), stop_requested):
+            with start_slot(float(kwargs.get("timeout_s", 180)), stop_requested, on_wait):
                 return start_cluster_once(**kwargs)
         except RayStartInterrupted:
             raise
@@ -237,34 +263,68 @@ def start_cluster(**kwargs) -> RayCluster:
                 time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
 
 
-#: One Ray start at a time on a node (all users' jobs): a node-local lock file, like the port registry's.
-START_LOCK = Path(os.environ.get("GRPOKIT_RAY_START_LOCK", "/tmp/grpokit-ray-start.lock"))
+#: The start lock file when set (``GRPOKIT_RAY_START_LOCK``, tests); else ``ray-start.lock`` in this
+#: user's private node state folder (:mod:`grpokit.runtime.node_state`).
+START_LOCK: Path | None = (
+    Path(os.environ["GRPOKIT_RAY_START_LOCK"]) if os.environ.get("GRPOKIT_RAY_START_LOCK") else None
+)
+
+
+def start_lock_path() -> Path:
+    """This user's Ray start lock on this node (:data:`START_LOCK` when set).
+
+    Raises:
+        node_state.NodeStateError: the user's node state folder is not private.
+    """
+    return START_LOCK if START_LOCK is not None else node_state.state_dir() / "ray-start.lock"
+
+
+def _holder(fd: int) -> str:
+    """Who holds the slot, from what the holder wrote into the lock file (``job <id>, pid <pid>``)."""
+    try:
+        info = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        return f"job {info['job']}, pid {info['pid']}" if info.get("job") else f"pid {info['pid']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another job"
 
 
 @contextlib.contextmanager
-def start_slot(max_wait_s: float, stop_requested: Callable[[], bool] | None = None):
-    """Hold this node's Ray-start slot while a head starts (until it is ready or failed).
+def start_slot(
+    max_wait_s: float,
+    stop_requested: Callable[[], bool] | None = None,
+    on_wait: Callable[[str | None], None] | None = None,
+):
+    """Hold this node's Ray-start slot of this user's jobs while a head starts (until it is ready or failed).
 
     Heads that start together on one node share its cores and all miss Ray's own fixed 30 s
     start-up wait (measured: four at once at load 27 on 2 cores, every try failed); one after the
     other each gets the node. The slot is waited for at most ``max_wait_s`` (then the start goes
     ahead anyway: a stuck holder never blocks a job); the lock lapses with its holder's process.
+    The lock is the user's own (:func:`start_lock_path`): another user's jobs never hold it.
+    The holder writes its Slurm job and pid into it, so that a waiting job can say whom it waits for.
+
+    Args:
+        max_wait_s: the longest wait for the slot.
+        stop_requested: polled while waiting.
+        on_wait: called with one line (``waiting for this node's Ray start slot: job 12_3, pid 456
+            starts its Ray; at most 180 s``) when the wait begins, and with None when it ends (the
+            driver shows it as the point's reason in ``status.json``).
 
     Raises:
         RayStartInterrupted: ``stop_requested()`` turned true while waiting.
+        node_state.NodeStateError: the user's node state folder is not private.
     """
     try:
-        fh = open(START_LOCK, "a+")  # noqa: SIM115 (held across the yield)
-    except OSError:
+        fd = node_state.private_file(start_lock_path())
+    except OSError as exc:
+        log.warning("no Ray start slot (%s): starting without waiting for other starts", exc)
         yield
         return
-    with contextlib.suppress(PermissionError):
-        os.chmod(START_LOCK, 0o666)
     t0, said, held = time.monotonic(), False, False
     try:
         while True:
             try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 held = True
                 break
             except BlockingIOError:
@@ -275,16 +335,26 @@ def start_slot(max_wait_s: float, stop_requested: Callable[[], bool] | None = No
                 log.warning("another Ray start on this node held the start slot %.0f s: starting anyway", max_wait_s)
                 break
             if not said:
-                log.info("another Ray start is under way on this node: waiting for it (at most %.0f s)", max_wait_s)
+                holder = _holder(fd)
+                why = f"waiting for this node's Ray start slot: {holder} starts its Ray; at most {max_wait_s:.0f} s"
+                log.info("another Ray start is under way on this node (%s): waiting for it", holder)
+                if on_wait is not None:
+                    on_wait(why)
                 said = True
             time.sleep(0.5)
-        if said and held:
-            log.info("start slot free after %.0f s", time.monotonic() - t0)
+        if held:
+            os.ftruncate(fd, 0)
+            job = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+            job_id = f"{job[0]}_{job[1]}" if all(job) else os.environ.get("SLURM_JOB_ID")
+            os.pwrite(fd, json.dumps({"pid": os.getpid(), "job": job_id}).encode(), 0)
+        if said:
+            if held:
+                log.info("start slot free after %.0f s", time.monotonic() - t0)
+            if on_wait is not None:
+                on_wait(None)
         yield
     finally:
-        if held:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-        fh.close()
+        os.close(fd)  # releases the lock when held
 
 
 def start_cluster_once(
@@ -324,6 +394,7 @@ def start_cluster_once(
             the log tail follows.
     """
     host = "127.0.0.1" if len(nodes) <= 1 else (multi_node_host or "127.0.0.1")
+    env = metrics_env(env)
     temp_dir = short_temp_dir()
     try:
         node_ports, block = reserve_node_ports(host, worker_ports)

@@ -2,8 +2,9 @@
 
 verl's ``resume_mode=auto`` trusts ``latest_checkpointed_iteration.txt``. A job killed during a
 save can leave that tracker pointing at a partial or missing ``global_step_N``; here the newest
-*complete* step (:mod:`grpokit.runtime.checkpoints`) becomes the tracker's value, partial folders
-are moved aside (kept, renamed ``*.incomplete``) so verl never loads them, and old complete steps
+*complete* step (:mod:`grpokit.runtime.checkpoints`: every file present, with its size recorded at
+save time or an intact header) becomes the tracker's value, partial or damaged folders are moved
+aside (kept, renamed ``*.incomplete-<time>``) so verl never loads them, and old complete steps
 beyond ``max_actor_ckpt_to_keep`` are pruned across attempts (verl prunes only what the current
 process saved, verl#7395). The only complete checkpoint is never deleted.
 """
@@ -72,10 +73,12 @@ def prepare_resume(ckpt_dir: Path, keep: int | None = None) -> dict:
         keep: ``trainer.max_actor_ckpt_to_keep`` (None or <= 0: keep all).
 
     Returns:
-        ``{"resume_step": int | None, "tracker_was": int | None, "set_aside": [...], "pruned": [...]}``.
+        ``{"resume_step": int | None, "tracker_was": int | None, "set_aside": [...], "pruned": [...],
+        "note": str}``; note: one line saying what was set aside and why, and the step resumed
+        (empty when nothing was set aside), for ``status.json``.
     """
     ckpt_dir = Path(ckpt_dir)
-    report = {"resume_step": None, "tracker_was": None, "set_aside": [], "pruned": []}
+    report = {"resume_step": None, "tracker_was": None, "set_aside": [], "pruned": [], "note": ""}
     if not ckpt_dir.is_dir():
         return report
     report["tracker_was"] = read_tracker(ckpt_dir)
@@ -88,6 +91,12 @@ def prepare_resume(ckpt_dir: Path, keep: int | None = None) -> dict:
             )
             info.path.rename(target)
             report["set_aside"].append(str(target))
+            if not report["note"]:  # the first one's first problem: what a reader acts on
+                report["note"] = f"checkpoint {info.path.name} set aside as {target.name}: {info.problems[0]}"
+    if report["note"]:
+        also = f" (and {len(report['set_aside']) - 1} more)" if len(report["set_aside"]) > 1 else ""
+        then = f"resuming from {best.path.name}" if best else "no complete checkpoint: training from scratch"
+        report["note"] += f"{also}; {then}"
     if best is None:
         if (ckpt_dir / TRACKER_FILE).exists():
             log.warning(

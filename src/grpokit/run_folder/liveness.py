@@ -76,7 +76,7 @@ def stderr_cause(lines: list[str]) -> Cause | None:
     if m := _NODE_FAIL.search(text):
         return Cause("failed", f"node {m.group(1)} failed")
     ends = _SLURM_END.findall(text)
-    for _job, host, at, tail in ends:
+    for _job, host, _at, tail in ends:
         if "NODE FAILURE" in tail:
             return Cause("failed", f"node failure (the job's node {host})")
     if ends:

@@ -20,7 +20,8 @@ MIN_FREE_BYTES = 1 << 20
 #: errnos no other node can fix: ENOSPC (no space left), EDQUOT (quota exceeded).
 FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 _FULL_TEXT = re.compile(
-    r"\[Errno (?:%d|%d)\][^:]*(?::\s*'(?P<path>[^']+)')?|No space left on device|Disk quota exceeded" % FULL_ERRNOS
+    rf"\[Errno (?:{errno.ENOSPC}|{errno.EDQUOT})\][^:]*(?::\s*'(?P<path>[^']+)')?"
+    r"|No space left on device|Disk quota exceeded"
 )
 
 

@@ -43,7 +43,15 @@ from pathlib import Path
 from typing import Any
 
 from grpokit.config.point import PointSpec
-from grpokit.run_folder import FINAL_STATES, AttemptFolder, RunFolder, StatusFile, heartbeat, liveness, write_json_atomic
+from grpokit.run_folder import (
+    FINAL_STATES,
+    AttemptFolder,
+    RunFolder,
+    StatusFile,
+    heartbeat,
+    liveness,
+    write_json_atomic,
+)
 from grpokit.run_folder.metrics import read_jsonl, write_merged
 from grpokit.runtime import (
     compile_cache,

@@ -24,7 +24,8 @@ trainer exited non-zero                    failed               failed
 =========================================  ===================  =====================================
 
 A full run or checkpoint folder (``Happened.disk_full``) overrides every row but ``completed``,
-``skipped_no_gpu`` and a requeue whose checkpoint was written: ``failed``, ``ended_by: disk_full``, ``disk full writing <path>``.
+``skipped_no_gpu`` and a requeue whose checkpoint was written: ``failed``, ``ended_by: disk_full``,
+``disk full writing <path>``.
 
 A trainer that ends by itself keeps its own outcome even when a stop signal came meanwhile (the
 target step reached during the warning's lead is ``completed``, not ``requeued``).

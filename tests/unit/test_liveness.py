@@ -60,6 +60,12 @@ TIME_LIMIT = ["slurmstepd: error: *** JOB 51 ON node1 CANCELLED AT 2026-12-03T07
             "killed by the OOM killer (out of memory)",
         ),
         (["srun: error: node3: task 0: Exited with exit code 3"], "failed", "exited with 3 on node3"),
+        # the kit's batch script runs the driver without srun: bash reports the kill (the local cluster's line)
+        (
+            ["/var/spool/slurmd/node1/job00008/slurm_script: line 44: 24382 Killed                  /x/python -u -m"],
+            "failed",
+            "killed (signal 9)",
+        ),
     ],
 )
 def test_stderr_names_the_cause(lines, word, text):

@@ -22,7 +22,8 @@ last checkpoint step 15``). A final verdict is one of the resubmittable words (`
 ``cancelled``, ``timeout``, ``preempted``): ``resubmit`` takes the point again and its next start
 closes the open attempt with the same cause (:func:`killed_attempt_reason`).
 
-Causes read in submitit's stderr (``<sweep>/submitit/<job>_<task>_log.err``, Slurm's own lines;
+Causes read in submitit's log files (``<sweep>/submitit/<job>_<task>_log.{out,err}``, Slurm's, srun's and
+the batch shell's own lines;
 submitit opens it in append mode, so each start of the job adds a run to it) by :func:`stderr_cause`.
 """
 
@@ -49,6 +50,8 @@ _SIGNALS = {"Killed": 9, "Terminated": 15, "Segmentation fault": 11, "Aborted": 
 _SLURM_END = re.compile(r"\*\*\* (?:JOB|STEP) (\S+) ON (\S+) CANCELLED AT (\S+)(.*?)\*\*\*")
 _NODE_FAIL = re.compile(r"Node failure on (\S+)")
 _TASK_SIGNAL = re.compile(r"srun: error: (\S+): tasks? [\d,-]+: (" + "|".join(_SIGNALS) + r")\b")
+# bash, the batch script's shell, on a child killed by a signal: "<script>: line 44: 24382 Killed   python ..."
+_SHELL_SIGNAL = re.compile(r"line \d+: +\d+ (" + "|".join(_SIGNALS) + r")\b")
 _TASK_EXIT = re.compile(r"srun: error: (\S+): tasks? [\d,-]+: Exited with exit code (\d+)")
 _OOM = re.compile(r"oom[-_]kill event|Out Of Memory|OUT_OF_MEMORY", re.IGNORECASE)
 _SLURM_WORD = {"CANCELLED": "cancelled", "TIMEOUT": "timeout", "DEADLINE": "timeout", "PREEMPTED": "preempted"}
@@ -69,7 +72,8 @@ def stderr_cause(lines: list[str]) -> Cause | None:
     Most specific first: a node failure (``srun: error: Node failure on node2``, ``... CANCELLED AT
     ... DUE TO NODE FAILURE``), Slurm's end of the job (``DUE TO PREEMPTION`` / ``TIME LIMIT`` /
     ``JOB REQUEUE``, or a plain ``CANCELLED AT``: ``scancel``), the OOM killer, a task killed by a
-    signal (``srun: error: node1: task 0: Killed`` -> signal 9), a task's exit code. None when the
+    signal (``srun: error: node1: task 0: Killed``, or the batch shell's ``slurm_script: line 44:
+    24382 Killed  python ...`` -> signal 9), a task's exit code. None when the
     lines name none (format: Slurm 22.05's slurmstepd and srun messages).
     """
     text = "\n".join(lines)
@@ -94,6 +98,8 @@ def stderr_cause(lines: list[str]) -> Cause | None:
     if m := list(_TASK_SIGNAL.finditer(text)):
         last = m[-1]
         return Cause("failed", f"killed (signal {_SIGNALS[last.group(2)]}) on {last.group(1)}")
+    if m := list(_SHELL_SIGNAL.finditer(text)):
+        return Cause("failed", f"killed (signal {_SIGNALS[m[-1].group(1)]})")
     if m := list(_TASK_EXIT.finditer(text)):
         return Cause("failed", f"exited with {m[-1].group(2)} on {m[-1].group(1)}")
     return None
@@ -246,12 +252,12 @@ def attempt_job_id(status: dict) -> str | None:
 
 
 def stderr_runs(sweep_dir: Path, job_id: str | None) -> list[list[str]]:
-    """submitit's stderr of ``job_id`` (``<sweep>/submitit/<job>_<task>_log.err``) cut into runs;
-    [] when there is none."""
+    """submitit's output of ``job_id`` (``<sweep>/submitit/<job>_<task>_log.err`` and ``.out``: the
+    kit's batch script sends the job's stderr to ``.out``) cut into runs; [] when there is none."""
     if not job_id:
         return []
     lines: list[str] = []
-    for path in sorted((Path(sweep_dir) / SUBMITIT_DIR).glob(f"{job_id}_*_log.err")):
+    for path in sorted((Path(sweep_dir) / SUBMITIT_DIR).glob(f"{job_id}_[0-9]*_log.*")):
         try:
             lines += path.read_text(errors="replace").splitlines()
         except OSError:

@@ -1,0 +1,128 @@
+"""Liveness the kit can prove, on the local Slurm cluster (issue 24 items 1 and 2).
+
+Real: Hydra, submitit, Slurm, Ray, the driver, status.py, resubmit.py, ``wait_for``. TEST DOUBLES:
+the trainer (tests/doubles/fake_verl_trainer.py) and, for "slurmctld forgot the job" only,
+tests/doubles/slurm_forgets/ (``squeue``/``scontrol`` without the named jobs, as after MinJobAge:
+the real cluster's MinJobAge is shared with every other test's jobs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slurm
+
+FORGETS = Path(__file__).resolve().parents[1] / "doubles" / "slurm_forgets"
+
+
+def await_(what: str, check, timeout: float, every: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"not {what} after {timeout} s")
+        time.sleep(every)
+
+
+def sweep(kit, tmp_path: Path, name: str, overrides: list[str], env: dict | None = None) -> tuple[Path, Path, str]:
+    out = kit.run("sweep.py", ["-m", *kit.slurm_cluster, *overrides, f"sweep_name={name}"], env=env, timeout=240)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    sweep_dir = Path([a.split("=", 1)[1] for a in overrides if a.startswith("logs_root=")][-1]) / name
+    (point,) = kit.manifest(sweep_dir)["points"]
+    return sweep_dir, Path(point["run_dir"]), point["job_id"]
+
+
+def last_step(run_dir: Path, attempt: int = 1) -> int:
+    path = run_dir / "attempts" / str(attempt) / "metrics.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return max([json.loads(x)["step"] for x in lines if x.strip()] or [0])
+
+
+def slurm_ended(job_id: str) -> bool:
+    out = subprocess.run(["squeue", "-h", "-j", job_id, "--states=all", "-o", "%T"], capture_output=True, text=True)
+    return out.stdout.strip() not in ("RUNNING", "COMPLETING", "PENDING", "CONFIGURING")
+
+
+@pytest.mark.timeout(480)
+def test_a_killed_driver_whose_job_slurm_forgot_is_final_resubmittable_and_waited_for(
+    kit, slurm, kit_overrides, tmp_path, monkeypatch
+):
+    t0 = time.monotonic()
+    overrides = [*kit_overrides, "verl.trainer.total_training_steps=16", "runtime.heartbeat_s=1"]
+    env = {"FAKE_TRAINER_STEP_S": "0.5"}
+    sweep_dir, run_dir, job_id = sweep(kit, tmp_path, "killed", overrides, env)
+
+    # the driver (its pid in heartbeat.json) is killed with SIGKILL mid-run, as the OOM killer would
+    await_("at step 5", lambda: (run_dir / "heartbeat.json").exists() and last_step(run_dir) >= 5, 240)
+    record = json.loads((run_dir / "heartbeat.json").read_text())
+    assert record["attempt"] == 1 and record["job_id"] == job_id and record["beat_s"] == 1.0
+    os.kill(record["pid"], signal.SIGKILL)
+    await_("ended in Slurm", lambda: slurm_ended(job_id), 120)
+    killed_at = last_step(run_dir)
+    ckpt = int((run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").read_text())
+    status = kit.read_status(run_dir)
+    assert status["state"] == "running" and status["attempts"][-1]["end"] is None  # nobody closed it
+
+    from grpokit.reports.status_table import collect_rows
+    from grpokit.run_folder.sweep import load_sweep
+
+    # while Slurm still knows the job: final at once, the cause from Slurm's own lines, not "NonZeroExitCode"
+    (row,) = collect_rows(load_sweep(sweep_dir))
+    assert row.state == "failed", row
+    assert row.reason.startswith(
+        "killed (signal 9) at step"
+    ) and f"at step {killed_at}; last checkpoint step {ckpt}" in (row.reason), row.reason
+
+    # slurmctld forgets the job (test double): decided once the heartbeat is 10 s stale (6 beats of 1 s)
+    raw = str(status["slurm"]["job_id"])
+    forget = {"PATH": f"{FORGETS}{os.pathsep}{os.environ['PATH']}", "GRPOKIT_FORGOTTEN_JOBS": f"{job_id},{raw}"}
+    for key, value in forget.items():
+        monkeypatch.setenv(key, value)
+    from grpokit.slurm.states import job_states
+
+    assert job_states([job_id]) == {}, "the test double still shows the job"
+    (row,) = collect_rows(load_sweep(sweep_dir))
+    assert row.state == "running" or row.reason.startswith("killed"), row  # no proof before the beat is stale
+    row = await_(
+        "decided", lambda: next((r for r in collect_rows(load_sweep(sweep_dir)) if r.state != "running"), None), 60
+    )
+    assert row.state == "failed" and row.eta_s is None, row
+    assert row.reason.startswith("killed (signal 9) at step") and "Slurm no longer knows job" in row.reason, row.reason
+    out = kit.run("status.py", [str(sweep_dir), "--json"], env=forget, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (shown,) = json.loads(out.stdout)
+    assert (
+        shown["state"] == "failed"
+        and shown["reason"].split(" (no heartbeat")[0] == row.reason.split(" (no heartbeat")[0]
+    )
+
+    # wait=true returns for it (this submission's attempt 1)
+    from grpokit.config.point import PointSpec
+    from grpokit.submit.wait import wait_for
+
+    spec = PointSpec.from_json((run_dir / "point.json").read_text())
+    assert wait_for([spec], [job_id], [0], poll_s=0.5) == ["failed"]
+
+    # resubmit takes it again and it resumes from its last checkpoint
+    again = kit.run("resubmit.py", [str(sweep_dir)], env={**env, **forget}, timeout=120)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    final = await_(
+        "resumed and completed",
+        lambda: (s := kit.read_status(run_dir))["state"] == "completed" and len(s["attempts"]) == 2 and s,
+        300,
+        every=1.0,
+    )
+    first, second = final["attempts"]
+    assert first["ended_by"] == "killed" and first["reason"].startswith("killed (signal 9) at step"), first
+    assert f"at step {killed_at}; last checkpoint step {ckpt}" in first["reason"], first
+    assert second["resume_step"] == ckpt and final["last_step"] == 16, final
+    print(f"wall time {time.monotonic() - t0:.0f} s")

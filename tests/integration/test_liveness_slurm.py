@@ -126,3 +126,74 @@ def test_a_killed_driver_whose_job_slurm_forgot_is_final_resubmittable_and_waite
     assert f"at step {killed_at}; last checkpoint step {ckpt}" in first["reason"], first
     assert second["resume_step"] == ckpt and final["last_step"] == 16, final
     print(f"wall time {time.monotonic() - t0:.0f} s")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 20 MB tmpfs (root), unmounted at the end (after the test's job left it)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mount)], check=True)
+    yield mount
+    for _ in range(60):
+        if subprocess.run(["umount", str(mount)], capture_output=True).returncode == 0:
+            return
+        time.sleep(1)
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(folder: Path) -> Path:
+    """Write ``folder/filler`` until the file system is full; returns its path."""
+    path = folder / "filler"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        for size in (256 << 10, 4096, 1):
+            try:
+                while os.write(fd, b"\0" * size):
+                    pass
+            except OSError:
+                continue
+    finally:
+        os.close(fd)
+    return path
+
+
+@pytest.mark.timeout(420)
+def test_a_full_logs_disk_reaches_status_and_is_not_retried(kit, slurm, kit_overrides, tmp_path, small_disk):
+    t0 = time.monotonic()
+    overrides = [
+        *[o for o in kit_overrides if not o.startswith("logs_root=")],
+        f"logs_root={small_disk}",
+        "verl.trainer.total_training_steps=16",
+        "runtime.heartbeat_s=1",
+    ]
+    sweep_dir, run_dir, job_id = sweep(kit, tmp_path, "full", overrides, {"FAKE_TRAINER_STEP_S": "0.5"})
+    try:
+        await_("at step 3", lambda: (run_dir / "heartbeat.json").exists() and last_step(run_dir) >= 3, 240)
+        filler = fill(small_disk)
+        await_("ended in Slurm", lambda: slurm_ended(job_id), 180)
+
+        record = json.loads((run_dir / "heartbeat.json").read_text())
+        assert (record["state"], record["ended_by"]) == ("failed", "disk_full"), record
+        assert record["reason"].startswith(f"disk full writing {small_disk}"), record["reason"]
+        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T %r"], capture_output=True, text=True)
+        assert "PENDING" not in out.stdout, f"a full shared disk was retried: {out.stdout}"
+
+        from grpokit.reports.status_table import collect_rows
+        from grpokit.run_folder.sweep import load_sweep
+
+        (row,) = collect_rows(load_sweep(sweep_dir))
+        assert row.state == "failed" and row.reason == record["reason"].splitlines()[0], row
+        written = kit.read_status(run_dir)["state"]
+        filler.unlink()
+        shown = kit.run("status.py", [str(sweep_dir), "--json"], timeout=120)
+        assert json.loads(shown.stdout)[0]["reason"].startswith("disk full writing"), shown.stdout
+        print(
+            f"reason: {row.reason}; status.json as the full disk left it: {written}; "
+            f"wall time {time.monotonic() - t0:.0f} s"
+        )
+    finally:
+        subprocess.run(["scancel", job_id], check=False)
+        await_("gone", lambda: slurm_ended(job_id), 60)

@@ -299,3 +299,71 @@ def test_a_real_trainer_process_tree_is_stopped_when_ray_dies(tmp_path, bare_poi
     trainer_pid, child = driver.trainer.pid, int(child_pid.read_text())
     assert not psutil.pid_exists(trainer_pid) or psutil.Process(trainer_pid).status() == psutil.STATUS_ZOMBIE
     assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_full_checkpoint_disk_fails_as_disk_full_and_is_not_retried(
+    tmp_path, bare_point, signal_handlers, monkeypatch
+):
+    """torch's symptom (``basic_ios::clear``) is not the cause: the checkpoint folder has no free
+    space, which no other node can fix (a shared file system): ``disk_full`` from the first attempt,
+    no requeue although ``runtime.max_retries`` would retry a crash."""
+    from grpokit.run_folder.heartbeat import read_record
+    from grpokit.runtime import disk_full
+
+    spec = make_spec(bare_point, tmp_path, max_retries=1)
+    ckpt = spec.checkpoint_dir
+    monkeypatch.setattr(
+        disk_full, "free_bytes", lambda folders: {str(f): 0 if str(f) == ckpt else 10**9 for f in folders}
+    )
+
+    def crash(_trainer):
+        raise doubles.Crash("basic_ios::clear: iostream error")
+
+    host = doubles.StandInHost(in_slurm=True)
+    r = run_attempt(spec, host=host, script={3: crash})
+    assert (r.code, r.status["state"], r.attempt["ended_by"]) == (1, "failed", "disk_full")
+    assert r.status["reason"].startswith(f"disk full writing {ckpt} (0 bytes free); trainer exited with 3")
+    assert host.requeues == 0 and "retry" not in r.attempt
+    record = read_record(spec.run_dir)
+    assert record.outcome == {"state": "failed", "ended_by": "disk_full", "reason": r.status["reason"]}
+    assert_closed(r, spec, signal_handlers, in_slurm=True)
+
+
+def test_the_outcome_reaches_the_readers_when_status_json_cannot_be_written(
+    tmp_path, bare_point, signal_handlers, monkeypatch
+):
+    import errno
+
+    from grpokit.reports.summary import point_reason
+    from grpokit.run_folder.point_state import point_state
+    from grpokit.run_folder.status import StatusFile
+    from grpokit.run_folder.sweep import Point
+
+    def enospc(self, *a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self.path))
+
+    monkeypatch.setattr(StatusFile, "finish", enospc)
+    spec = make_spec(bare_point, tmp_path)
+
+    def crash(_trainer):
+        raise doubles.Crash("CUDA error: an illegal memory access was encountered")
+
+    code = Driver(
+        spec,
+        Parts(
+            validate=lambda _spec: (None, []),
+            start_ray=doubles.StandInRay(),
+            sidecars=doubles.StandInSidecars(),
+            start_trainer=lambda cmd, log_path, *, env, cwd: doubles.StandInTrainer(
+                cmd, log_path, env=env, cwd=cwd, script={2: crash}
+            ),
+            host=doubles.StandInHost(),
+            poll_s=0.05,
+        ),
+    ).run()
+    assert code == 1
+    status = json.loads((Path(spec.run_dir) / "status.json").read_text())
+    assert status["state"] == "running" and status["attempts"][-1]["end"] is None  # as the full disk left it
+    point = Point(index=0, name=spec.name, run_dir=Path(spec.run_dir), status=status)
+    assert point_state(point, None) == "failed"
+    assert "trainer exited with 3; first error in trainer.log: RuntimeError: CUDA error" in point_reason(point, None)

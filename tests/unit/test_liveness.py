@@ -49,7 +49,7 @@ TIME_LIMIT = ["slurmstepd: error: *** JOB 51 ON node1 CANCELLED AT 2026-12-03T07
     [
         (KILLED, "failed", "killed (signal 9) on node1"),
         (NODE_FAIL, "failed", "node node2 failed"),  # the failed node, not the batch host
-        (NODE_FAIL[1:2], "failed", "node failure (the job's node node1)"),
+        (NODE_FAIL[1:2], "failed", "a node of the job failed (Slurm cancelled it on node1 DUE TO NODE FAILURE)"),
         (PREEMPTED, "preempted", "preempted by Slurm at 2026-12-03T07:00:01"),
         (REQUEUED, "preempted", "requeued by Slurm (scontrol requeue) at 2026-12-03T07:00:01"),
         (SCANCEL, "cancelled", "cancelled (scancel) at 2026-12-03T07:00:01"),

@@ -82,7 +82,7 @@ def stderr_cause(lines: list[str]) -> Cause | None:
     ends = _SLURM_END.findall(text)
     for _job, host, _at, tail in ends:
         if "NODE FAILURE" in tail:
-            return Cause("failed", f"node failure (the job's node {host})")
+            return Cause("failed", f"a node of the job failed (Slurm cancelled it on {host} DUE TO NODE FAILURE)")
     if ends:
         _job, host, at, tail = ends[-1]
         if "PREEMPTION" in tail:

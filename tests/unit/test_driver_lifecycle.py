@@ -206,18 +206,28 @@ def test_usr2_saves_then_decides(tmp_path, bare_point, signal_handlers, host_kw,
 @pytest.mark.parametrize(
     ("view", "expected"),
     [
-        (SlurmStopView(False, False), ("cancelled", "cancelled", 1)),  # scancel
-        (SlurmStopView(True, True), ("requeued", "preempted", 0)),  # preempted, Slurm requeues it
+        (
+            SlurmStopView(False, False),
+            ("cancelled", "cancelled", 1, "SIGTERM and Slurm does not requeue the job (scancel)"),
+        ),
+        (SlurmStopView(True, True), ("requeued", "preempted", 0, "SIGTERM: Slurm preempts and requeues the job")),
+        # scontrol requeue: Slurm counts a restart, no PreemptTime
+        (
+            SlurmStopView(False, True),
+            ("requeued", "preempted", 0, "SIGTERM: Slurm requeues the job without preempting"),
+        ),
     ],
-    ids=["scancel", "preempted-requeue-mode"],
+    ids=["scancel", "preempted-requeue-mode", "admin-requeue"],
 )
 def test_sigterm_saves_then_decides(tmp_path, bare_point, signal_handlers, view, expected):
+    *expected, why = expected
     spec = make_spec(bare_point, tmp_path)
     host = doubles.StandInHost(in_slurm=True, time_left_s=500, view=view)
     r = run_attempt(spec, host=host, script={2: _send(signal.SIGTERM)})
-    assert (r.status["state"], r.attempt["ended_by"], r.code) == expected
+    assert (r.status["state"], r.attempt["ended_by"], r.code) == tuple(expected)
     assert host.requeues == 0, "on SIGTERM Slurm requeues (or not) by itself"
     assert r.status["reason"] == "checkpointed step 2 on SIGTERM"
+    assert r.attempt["reason"].startswith(why) and r.attempt["reason"].endswith("; checkpointed step 2 on SIGTERM")
     assert_closed(r, spec, signal_handlers, in_slurm=True)
 
 

@@ -116,6 +116,7 @@ class Driver:
         self._attempt_open = False
         self._outcome: Outcome | None = None
         self._retry: retry.Decision | None = None  # a crash retried (runtime.max_retries)
+        self._stop_why: str | None = None  # the stop decision's line: why Slurm stopped the attempt
         self._beater: heartbeat.Beater | None = None  # touches <run>/heartbeat.json while the attempt runs
 
     # -- the lifecycle -----------------------------------------------------------------------------
@@ -600,6 +601,7 @@ class Driver:
                     in_slurm=self.host.in_slurm(),
                 )
                 log.info("stop decision: %s (%s)", stop.state, stop.why)
+                self._stop_why = stop.why
             outcome = decide(happened, signal_name=self.stop.name if self.stop else None, stop=stop)
             outcome, self._retry = retry_job.on_outcome(self.spec, self.status, outcome, self.attempt_dir, self.host)
             return outcome
@@ -634,6 +636,10 @@ class Driver:
                 write_merged(self.run_dir)
             except Exception:
                 log.exception("could not merge metrics")
+            if self._stop_why and outcome.ended_by in ("preempted", "timeout", "cancelled"):
+                # the attempt's reason tells preemption, an administrator's requeue, scancel, the time limit apart
+                first = outcome.reason.splitlines()[0] if outcome.reason else ""
+                status.data["attempts"][-1]["reason"] = f"{self._stop_why}; {first}" if first else self._stop_why
             status.finish(
                 outcome.state,
                 ended_by=outcome.ended_by,

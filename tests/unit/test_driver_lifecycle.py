@@ -213,7 +213,7 @@ def test_usr2_saves_then_decides(tmp_path, bare_point, signal_handlers, host_kw,
         (SlurmStopView(True, True), ("requeued", "preempted", 0, "SIGTERM: Slurm preempts and requeues the job")),
         # scontrol requeue: Slurm counts a restart, no PreemptTime
         (
-            SlurmStopView(False, True),
+            SlurmStopView(True, False),
             ("requeued", "preempted", 0, "SIGTERM: Slurm requeues the job without preempting"),
         ),
     ],

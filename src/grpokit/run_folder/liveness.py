@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grpokit.run_folder.heartbeat import read_record
-from grpokit.run_folder.layout import HEARTBEAT, METRICS, SUBMITIT_DIR
+from grpokit.run_folder.layout import METRICS, SUBMITIT_DIR
 
 if TYPE_CHECKING:
     from grpokit.run_folder.sweep import Point
@@ -251,15 +251,19 @@ def attempt_job_id(status: dict) -> str | None:
     return str(slurm["job_id"]) if slurm.get("job_id") else None
 
 
-def stderr_runs(sweep_dir: Path, job_id: str | None) -> list[list[str]]:
+def stderr_runs(sweep_dir: Path, job_id: str | None, max_bytes: int = 1 << 20) -> list[list[str]]:
     """submitit's output of ``job_id`` (``<sweep>/submitit/<job>_<task>_log.err`` and ``.out``: the
-    kit's batch script sends the job's stderr to ``.out``) cut into runs; [] when there is none."""
+    kit's batch script sends the job's stderr to ``.out``) cut into runs; [] when there is none.
+    Only the last ``max_bytes`` of each file are read: the ends of the last runs are there."""
     if not job_id:
         return []
     lines: list[str] = []
     for path in sorted((Path(sweep_dir) / SUBMITIT_DIR).glob(f"{job_id}_[0-9]*_log.*")):
         try:
-            lines += path.read_text(errors="replace").splitlines()
+            with open(path, "rb") as f:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - max_bytes))
+                lines += f.read().decode(errors="replace").splitlines()
         except OSError:
             continue
     return split_runs(lines) if lines else []
@@ -275,7 +279,9 @@ def gather(point: Point, slurm: SlurmJobState | None, now_s: float | None = None
     if record is not None and record.fields.get("attempt") != number:
         record = None  # an earlier attempt's record: this one never wrote its own
     job_id = attempt_job_id(point.status or {}) or point.job_id
-    runs = stderr_runs(Path(point.run_dir).parent, job_id)
+    live = slurm is not None and slurm.kit_state in _LIVE
+    needs_stderr = not live and (record is None or record.outcome is None)
+    runs = stderr_runs(Path(point.run_dir).parent, job_id) if needs_stderr else []
     status = point.status or {}
     last = _tail_step(Path(point.run_dir) / "attempts" / str(number) / METRICS)
     return Evidence(
@@ -295,9 +301,12 @@ def gather(point: Point, slurm: SlurmJobState | None, now_s: float | None = None
 
 
 def settle(point: Point, slurm: SlurmJobState | None) -> Verdict | None:
-    """:func:`decide` on the point's open attempt (None: closed, or nothing proves it over)."""
-    if slurm is not None and slurm.kit_state in _LIVE and not (Path(point.run_dir) / HEARTBEAT).exists():
-        return None  # the common case of a live job, without reading any file but one stat
+    """:func:`decide` on the point's open attempt (None: closed, or nothing proves it over). While
+    Slurm holds the job only the record is read (its outcome is the one thing that decides then)."""
+    if slurm is not None and slurm.kit_state in _LIVE:
+        record = read_record(point.run_dir)
+        if record is None or record.outcome is None:
+            return None
     evidence = gather(point, slurm)
     return decide(evidence) if evidence is not None else None
 

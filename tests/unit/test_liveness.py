@@ -104,6 +104,13 @@ def test_job_forgotten_and_heartbeat_stale_is_final_with_the_true_reason():
     assert "Slurm no longer knows job 51_0" in v.reason
 
 
+def test_a_local_run_whose_driver_stopped_beating_is_final():
+    v = decide(Evidence(attempt=1, job_id=None, last_step=3, checkpoint_step=2, **STALE))
+    assert v == Verdict(
+        "failed", "driver gone at step 3; last checkpoint step 2 (no heartbeat for 400 s, a run outside Slurm)"
+    )
+
+
 def test_job_forgotten_without_stderr_says_the_driver_is_gone():
     v = decide(Evidence(attempt=2, job_id="7", last_step=None, checkpoint_step=None, **STALE))
     assert v == Verdict(

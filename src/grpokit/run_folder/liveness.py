@@ -203,7 +203,9 @@ def decide(ev: Evidence) -> Verdict | None:
         return Verdict(word, f"{cause.text}{_where(ev)} (job {ev.job_id}, Slurm: {ev.slurm_state})")
     if ev.beat_age_s is None or ev.stale_after_s is None or ev.beat_age_s <= ev.stale_after_s:
         return None
-    gone = f"no heartbeat for {ev.beat_age_s:.0f} s and Slurm no longer knows job {ev.job_id}"
+    gone = f"no heartbeat for {ev.beat_age_s:.0f} s" + (
+        f" and Slurm no longer knows job {ev.job_id}" if ev.job_id else ", a run outside Slurm"
+    )
     if ev.stderr is not None:
         return Verdict(ev.stderr.word, f"{ev.stderr.text}{_where(ev)} ({gone})")
     return Verdict("failed", f"driver gone{_where(ev)} ({gone})")

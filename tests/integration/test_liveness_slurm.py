@@ -68,7 +68,12 @@ def test_a_killed_driver_whose_job_slurm_forgot_is_final_resubmittable_and_waite
     os.kill(record["pid"], signal.SIGKILL)
     await_("ended in Slurm", lambda: slurm_ended(job_id), 120)
     killed_at = last_step(run_dir)
-    ckpt = int((run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").read_text())
+    # verl writes its tracker in place: a kill during that write leaves it empty (then resume finds the step)
+    tracker = (run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip()
+    ckpt = int(tracker) if tracker.isdigit() else None
+    where = f"at step {killed_at}; " + (
+        f"last checkpoint step {ckpt}" if ckpt is not None else "checkpoint tracker unreadable"
+    )
     status = kit.read_status(run_dir)
     assert status["state"] == "running" and status["attempts"][-1]["end"] is None  # nobody closed it
 
@@ -78,9 +83,7 @@ def test_a_killed_driver_whose_job_slurm_forgot_is_final_resubmittable_and_waite
     # while Slurm still knows the job: final at once, the cause from Slurm's own lines, not "NonZeroExitCode"
     (row,) = collect_rows(load_sweep(sweep_dir))
     assert row.state == "failed", row
-    assert row.reason.startswith(
-        "killed (signal 9) at step"
-    ) and f"at step {killed_at}; last checkpoint step {ckpt}" in (row.reason), row.reason
+    assert row.reason.startswith("killed (signal 9) at step") and where in row.reason, row.reason
 
     # slurmctld forgets the job (test double): decided once the heartbeat is 10 s stale (6 beats of 1 s)
     raw = str(status["slurm"]["job_id"])
@@ -123,8 +126,12 @@ def test_a_killed_driver_whose_job_slurm_forgot_is_final_resubmittable_and_waite
     )
     first, second = final["attempts"]
     assert first["ended_by"] == "killed" and first["reason"].startswith("killed (signal 9) at step"), first
-    assert f"at step {killed_at}; last checkpoint step {ckpt}" in first["reason"], first
-    assert second["resume_step"] == ckpt and final["last_step"] == 16, final
+    assert where in first["reason"], first
+    if ckpt is not None:
+        assert second["resume_step"] == ckpt, final
+    else:  # resume found the newest complete step itself
+        assert second["resume_step"] is not None and second["resume_step"] <= killed_at, final
+    assert final["last_step"] == 16, final
     print(f"wall time {time.monotonic() - t0:.0f} s")
 
 

@@ -111,6 +111,11 @@ def test_a_local_run_whose_driver_stopped_beating_is_final():
     )
 
 
+def test_an_unreadable_tracker_is_not_called_no_checkpoint():
+    ev = Evidence(attempt=1, job_id="7", last_step=5, checkpoint_step=None, checkpoint_folders=True, **STALE)
+    assert decide(ev).reason.startswith("driver gone at step 5; checkpoint tracker unreadable (")
+
+
 def test_job_forgotten_without_stderr_says_the_driver_is_gone():
     v = decide(Evidence(attempt=2, job_id="7", last_step=None, checkpoint_step=None, **STALE))
     assert v == Verdict(

@@ -141,7 +141,8 @@ class Evidence:
     (``{"state", "ended_by", "reason"}``), None when it wrote none. beat_age_s / stale_after_s:
     seconds since the last heartbeat and the staleness limit (None: no heartbeat record).
     stderr: the cause in submitit's stderr for this run. last_step: the attempt's last logged step;
-    checkpoint_step: verl's tracker in the checkpoint folder.
+    checkpoint_step: verl's tracker in the checkpoint folder (None: absent or unreadable, e.g.
+    emptied by a kill during its write); checkpoint_folders: ``global_step_*`` folders exist.
     """
 
     attempt: int
@@ -156,6 +157,7 @@ class Evidence:
     stderr: Cause | None = None
     last_step: int | None = None
     checkpoint_step: int | None = None
+    checkpoint_folders: bool = False
 
 
 @dataclass(frozen=True)
@@ -168,7 +170,10 @@ class Verdict:
 
 def _where(ev: Evidence) -> str:
     step = f" at step {ev.last_step}" if ev.last_step is not None else " before its first step"
-    ckpt = f"last checkpoint step {ev.checkpoint_step}" if ev.checkpoint_step is not None else "no checkpoint"
+    if ev.checkpoint_step is not None:
+        ckpt = f"last checkpoint step {ev.checkpoint_step}"
+    else:
+        ckpt = "checkpoint tracker unreadable" if ev.checkpoint_folders else "no checkpoint"
     return f"{step}; {ckpt}"
 
 
@@ -245,6 +250,14 @@ def checkpoint_step(run_dir: Path) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+def has_step_folders(run_dir: Path) -> bool:
+    """Whether ``<run>/checkpoints`` holds a ``global_step_*`` folder."""
+    try:
+        return any((Path(run_dir) / "checkpoints").glob("global_step_*"))
+    except OSError:
+        return False
+
+
 def attempt_job_id(status: dict) -> str | None:
     """The display id of the job that wrote ``status`` (``123_4`` in an array), from its ``slurm``."""
     slurm = status.get("slurm") or {}
@@ -299,6 +312,7 @@ def gather(point: Point, slurm: SlurmJobState | None, now_s: float | None = None
         stderr=stderr_cause(runs[-1]) if runs else None,
         last_step=last if last is not None else status.get("last_step"),
         checkpoint_step=checkpoint_step(Path(point.run_dir)),
+        checkpoint_folders=has_step_folders(Path(point.run_dir)),
     )
 
 
@@ -331,5 +345,6 @@ def killed_attempt_reason(run_dir: Path, status: dict, previous_run: list[str] |
         attempt=number,
         last_step=_tail_step(Path(run_dir) / "attempts" / str(number) / METRICS),
         checkpoint_step=checkpoint_step(Path(run_dir)),
+        checkpoint_folders=has_step_folders(Path(run_dir)),
     )
     return "killed", f"{cause.text}{_where(ev)}"

@@ -168,13 +168,19 @@ def fill(folder: Path) -> Path:
 
 
 @pytest.mark.timeout(420)
-def test_a_full_logs_disk_reaches_status_and_is_not_retried(kit, slurm, kit_overrides, tmp_path, small_disk):
+@pytest.mark.parametrize("root", ["logs_root", "checkpoint_root"])
+def test_a_full_disk_is_named_reaches_status_and_is_not_retried(kit, slurm, kit_overrides, tmp_path, small_disk, root):
+    """logs_root full: status.json cannot be rewritten, the reason comes from heartbeat.json.
+    checkpoint_root full: the trainer's symptom is not the cause; ``disk_full`` from the first
+    attempt, not retried on another node (runtime.max_retries=1 would retry a crash)."""
     t0 = time.monotonic()
     overrides = [
-        *[o for o in kit_overrides if not o.startswith("logs_root=")],
-        f"logs_root={small_disk}",
+        *[o for o in kit_overrides if not (root == "logs_root" and o.startswith("logs_root="))],
+        f"{root}={small_disk}",
         "verl.trainer.total_training_steps=16",
         "runtime.heartbeat_s=1",
+        "runtime.max_retries=1",
+        "runtime.retry_backoff_s=0",
     ]
     sweep_dir, run_dir, job_id = sweep(kit, tmp_path, "full", overrides, {"FAKE_TRAINER_STEP_S": "0.5"})
     try:
@@ -193,7 +199,11 @@ def test_a_full_logs_disk_reaches_status_and_is_not_retried(kit, slurm, kit_over
 
         (row,) = collect_rows(load_sweep(sweep_dir))
         assert row.state == "failed" and row.reason == record["reason"].splitlines()[0], row
-        written = kit.read_status(run_dir)["state"]
+        status = kit.read_status(run_dir)
+        written = status["state"]
+        if root == "checkpoint_root":  # the logs disk has room: status.json says it itself
+            assert (written, len(status["attempts"]), status["attempts"][0]["ended_by"]) == ("failed", 1, "disk_full")
+            assert "retry" not in status["attempts"][0], status
         filler.unlink()
         shown = kit.run("status.py", [str(sweep_dir), "--json"], timeout=120)
         assert json.loads(shown.stdout)[0]["reason"].startswith("disk full writing"), shown.stdout

@@ -87,7 +87,11 @@ def test_a_killed_driver_whose_job_slurm_forgot_is_final_resubmittable_and_waite
 
     # slurmctld forgets the job (test double): decided once the heartbeat is 10 s stale (6 beats of 1 s)
     raw = str(status["slurm"]["job_id"])
-    forget = {"PATH": f"{FORGETS}{os.pathsep}{os.environ['PATH']}", "GRPOKIT_FORGOTTEN_JOBS": f"{job_id},{raw}"}
+    forget = {
+        "PATH": f"{FORGETS}{os.pathsep}{os.environ['PATH']}",
+        "GRPOKIT_FORGOTTEN_JOBS": f"{job_id},{raw}",
+        "GRPOKIT_PYTHON": kit.python,
+    }
     for key, value in forget.items():
         monkeypatch.setenv(key, value)
     from grpokit.slurm.states import job_states

@@ -207,18 +207,28 @@ def test_usr2_saves_then_decides(tmp_path, bare_point, signal_handlers, host_kw,
 @pytest.mark.parametrize(
     ("view", "expected"),
     [
-        (SlurmStopView(False, False), ("cancelled", "cancelled", 1)),  # scancel
-        (SlurmStopView(True, True), ("requeued", "preempted", 0)),  # preempted, Slurm requeues it
+        (
+            SlurmStopView(False, False),
+            ("cancelled", "cancelled", 1, "SIGTERM and Slurm does not requeue the job (scancel)"),
+        ),
+        (SlurmStopView(True, True), ("requeued", "preempted", 0, "SIGTERM: Slurm preempts and requeues the job")),
+        # scontrol requeue: Slurm counts a restart, no PreemptTime
+        (
+            SlurmStopView(True, False),
+            ("requeued", "preempted", 0, "SIGTERM: Slurm requeues the job without preempting"),
+        ),
     ],
-    ids=["scancel", "preempted-requeue-mode"],
+    ids=["scancel", "preempted-requeue-mode", "admin-requeue"],
 )
 def test_sigterm_saves_then_decides(tmp_path, bare_point, signal_handlers, view, expected):
+    *expected, why = expected
     spec = make_spec(bare_point, tmp_path)
     host = doubles.StandInHost(in_slurm=True, time_left_s=500, view=view)
     r = run_attempt(spec, host=host, script={2: _send(signal.SIGTERM)})
-    assert (r.status["state"], r.attempt["ended_by"], r.code) == expected
+    assert (r.status["state"], r.attempt["ended_by"], r.code) == tuple(expected)
     assert host.requeues == 0, "on SIGTERM Slurm requeues (or not) by itself"
     assert r.status["reason"] == "checkpointed step 2 on SIGTERM"
+    assert r.attempt["reason"].startswith(why) and r.attempt["reason"].endswith("; checkpointed step 2 on SIGTERM")
     assert_closed(r, spec, signal_handlers, in_slurm=True)
 
 
@@ -373,3 +383,71 @@ def test_a_wait_for_the_ray_start_slot_is_the_points_reason_meanwhile(
         f"waiting for this node's Ray start slot: pid {os.getpid()} starts its Ray; at most {at_most:.0f} s"
     )
     assert r.status["state"] == "completed" and r.status["reason"] == ""
+
+
+def test_a_full_checkpoint_disk_fails_as_disk_full_and_is_not_retried(
+    tmp_path, bare_point, signal_handlers, monkeypatch
+):
+    """torch's symptom (``basic_ios::clear``) is not the cause: the checkpoint folder has no free
+    space, which no other node can fix (a shared file system): ``disk_full`` from the first attempt,
+    no requeue although ``runtime.max_retries`` would retry a crash."""
+    from grpokit.run_folder.heartbeat import read_record
+    from grpokit.runtime import disk_full
+
+    spec = make_spec(bare_point, tmp_path, max_retries=1)
+    ckpt = spec.checkpoint_dir
+    monkeypatch.setattr(
+        disk_full, "free_bytes", lambda folders: {str(f): 0 if str(f) == ckpt else 10**9 for f in folders}
+    )
+
+    def crash(_trainer):
+        raise doubles.Crash("basic_ios::clear: iostream error")
+
+    host = doubles.StandInHost(in_slurm=True)
+    r = run_attempt(spec, host=host, script={3: crash})
+    assert (r.code, r.status["state"], r.attempt["ended_by"]) == (1, "failed", "disk_full")
+    assert r.status["reason"].startswith(f"disk full writing {ckpt} (0 bytes free); trainer exited with 3")
+    assert host.requeues == 0 and "retry" not in r.attempt
+    record = read_record(spec.run_dir)
+    assert record.outcome == {"state": "failed", "ended_by": "disk_full", "reason": r.status["reason"]}
+    assert_closed(r, spec, signal_handlers, in_slurm=True)
+
+
+def test_the_outcome_reaches_the_readers_when_status_json_cannot_be_written(
+    tmp_path, bare_point, signal_handlers, monkeypatch
+):
+    import errno
+
+    from grpokit.reports.summary import point_reason
+    from grpokit.run_folder.point_state import point_state
+    from grpokit.run_folder.status import StatusFile
+    from grpokit.run_folder.sweep import Point
+
+    def enospc(self, *a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self.path))
+
+    monkeypatch.setattr(StatusFile, "finish", enospc)
+    spec = make_spec(bare_point, tmp_path)
+
+    def crash(_trainer):
+        raise doubles.Crash("CUDA error: an illegal memory access was encountered")
+
+    code = Driver(
+        spec,
+        Parts(
+            validate=lambda _spec: (None, []),
+            start_ray=doubles.StandInRay(),
+            sidecars=doubles.StandInSidecars(),
+            start_trainer=lambda cmd, log_path, *, env, cwd: doubles.StandInTrainer(
+                cmd, log_path, env=env, cwd=cwd, script={2: crash}
+            ),
+            host=doubles.StandInHost(),
+            poll_s=0.05,
+        ),
+    ).run()
+    assert code == 1
+    status = json.loads((Path(spec.run_dir) / "status.json").read_text())
+    assert status["state"] == "running" and status["attempts"][-1]["end"] is None  # as the full disk left it
+    point = Point(index=0, name=spec.name, run_dir=Path(spec.run_dir), status=status)
+    assert point_state(point, None) == "failed"
+    assert "trainer exited with 3; first error in trainer.log: RuntimeError: CUDA error" in point_reason(point, None)

@@ -141,7 +141,7 @@ def test_reason_column_is_the_first_line_of_the_jobs_reason(sweep, slurm):
     assert rows[0].reason == SKIPPED_REASON
     assert rows[2].reason == "trainer exited with 1; last lines of trainer.log:"
     assert rows[3].reason.startswith("Slurm says COMPLETED, but the job recorded running")
-    assert rows[4].reason is None  # "old failure" belongs to the replaced job
+    assert rows[4].reason == "cancelled while pending"  # "old failure" belongs to the replaced job
     console = Console(width=250, record=True)
     console.print(render_table(load_sweep(sweep), list(rows.values())))
     text = console.export_text()

@@ -402,6 +402,10 @@ class RuntimeConf(_Section):
     retry_backoff_s: float = 60
     # Seconds given to the trainer to finish its step and write a checkpoint after a stop request.
     save_deadline_s: float = 900
+    # Seconds between the driver's heartbeats (<run>/heartbeat.json's mtime): an attempt whose job
+    # Slurm no longer knows and whose heartbeat is 6 beats (at least 10 s) old is decided from
+    # evidence (grpokit.run_folder.liveness).
+    heartbeat_s: float = 30
     # No-progress watchdog (grpokit.runtime.watchdog; a trainer alive but writing no new step,
     # verl#4709): past max(hang_floor_s, hang_step_multiple x the longest step time of the attempt)
     # without a new step in metrics.jsonl (hang_startup_s before the first step) the stacks of the
@@ -489,7 +493,7 @@ class RuntimeConf(_Section):
                     "set runtime.max_retries >= 0 (0: a crash fails the point)",
                 )
             )
-        for key in ("ray_start_timeout_s", "kill_grace_s", "save_deadline_s", "retry_backoff_s"):
+        for key in ("ray_start_timeout_s", "kill_grace_s", "save_deadline_s", "retry_backoff_s", "heartbeat_s"):
             if not _is_number(getattr(self, key)) or getattr(self, key) < 0:
                 out.append(
                     _problem(point, f"runtime.{key}", f"{getattr(self, key)} is negative", f"set runtime.{key} >= 0")

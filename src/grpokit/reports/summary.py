@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from grpokit.run_folder.metrics import VAL_ACC_RE, val_acc_keys
-from grpokit.run_folder.point_state import point_state, status_is_this_jobs
+from grpokit.run_folder.point_state import open_attempt_verdict, point_state, status_is_this_jobs
 from grpokit.run_folder.status import attempt_elapsed_s
 from grpokit.run_folder.sweep import Point
 from grpokit.slurm.states import SlurmJobState
@@ -43,6 +43,10 @@ def point_reason(point: Point, slurm: SlurmJobState | None, state: str | None = 
     own = str(status.get("reason") or "").strip() if status_is_this_jobs(point) else ""
     if own:
         return own.splitlines()[0]
+    if state not in ("queued", "running") and (verdict := open_attempt_verdict(point, slurm)) is not None:
+        return verdict.reason
+    if slurm is not None and slurm.kit_state == "cancelled" and (not point.attempts or not status_is_this_jobs(point)):
+        return "cancelled while pending"  # Slurm's Reason still says why it was pending (JobArrayTaskLimit)
     if slurm is not None and slurm.reason:
         return f"Slurm: {slurm.reason}"
     if state == "unknown" and slurm is not None:

@@ -5,6 +5,8 @@
 - :mod:`~grpokit.run_folder.atomic`: temp file + fsync + rename writes, ``now()``.
 - :mod:`~grpokit.run_folder.states`: ``status.json``'s words as enums, the final states.
 - :mod:`~grpokit.run_folder.status`: the one reader :func:`read_status` and the driver's writer.
+- :mod:`~grpokit.run_folder.heartbeat`: the driver's fixed-size liveness and outcome record.
+- :mod:`~grpokit.run_folder.liveness`: an attempt left open, decided from evidence.
 - :mod:`~grpokit.run_folder.point_state`: a point's state word from its status and Slurm's view.
 - :mod:`~grpokit.run_folder.manifest`: ``manifest.json``.
 - :mod:`~grpokit.run_folder.claim`: claiming a sweep folder (``submissions.jsonl``).

@@ -25,6 +25,7 @@ ENV = "env.json"
 ENDPOINTS = "endpoints.json"
 GPU_PLAN = "gpu_plan.json"
 STATUS = "status.json"
+HEARTBEAT = "heartbeat.json"  # the driver's fixed-size liveness and outcome record (run_folder.heartbeat)
 METRICS = "metrics.jsonl"  # also each attempt's own file (verl's file logger)
 ATTEMPTS_DIR = "attempts"
 CHECKPOINTS = "checkpoints"
@@ -121,6 +122,7 @@ class RunFolder(_Folder):
     endpoints = property(lambda self: self.path / ENDPOINTS)
     gpu_plan = property(lambda self: self.path / GPU_PLAN)
     status = property(lambda self: self.path / STATUS)
+    heartbeat = property(lambda self: self.path / HEARTBEAT)
     metrics = property(lambda self: self.path / METRICS)
     attempts_dir = property(lambda self: self.path / ATTEMPTS_DIR)
     checkpoints = property(lambda self: self.path / CHECKPOINTS)

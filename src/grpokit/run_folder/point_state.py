@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from grpokit.run_folder.liveness import Verdict, settle
 from grpokit.run_folder.states import FINAL_STATES
 
 if TYPE_CHECKING:
@@ -67,6 +68,13 @@ def _own_final_word(point: Point) -> str | None:
     return STATUS_WORD.get(state, state)
 
 
+def open_attempt_verdict(point: Point, slurm: SlurmJobState | None) -> Verdict | None:
+    """:func:`grpokit.run_folder.liveness.settle` for a point whose status.json is this job's; None otherwise."""
+    if not status_is_this_jobs(point):
+        return None
+    return settle(point, slurm)
+
+
 def point_state(point: Point, slurm: SlurmJobState | None) -> str:
     """queued | running | completed | failed | preempted | timeout | cancelled | skipped_no_gpu |
     pruned | not submitted | unknown.
@@ -81,7 +89,10 @@ def point_state(point: Point, slurm: SlurmJobState | None) -> str:
     exited by itself is ``failed``. An attempt stopped by the warning signal that recorded no final
     state is shown by how it ended (``timeout``/``preempted``). Slurm's COMPLETED for a job that
     recorded no outcome at all is ``unknown`` (see :func:`grpokit.reports.summary.point_reason`).
-    Without Slurm's answer (job aged out, no accounting, a local run) status.json decides.
+    Without Slurm's answer (job aged out, no accounting, a local run) status.json decides. An
+    attempt status.json leaves open once Slurm ended or forgot the job is decided from evidence
+    (:func:`open_attempt_verdict`: the driver's heartbeat and record, submitit's stderr, Slurm's
+    exit code).
     """
     status = point.status or {}
     attempts = point.attempts
@@ -95,6 +106,8 @@ def point_state(point: Point, slurm: SlurmJobState | None) -> str:
             return word
         if own is not None:
             return own
+        if (verdict := open_attempt_verdict(point, slurm)) is not None:
+            return verdict.state
         if ended_by in ("timeout", "preempted") and status_is_this_jobs(point):
             return ended_by
         if word == "completed":
@@ -102,6 +115,8 @@ def point_state(point: Point, slurm: SlurmJobState | None) -> str:
         return word
     if own is not None:
         return own
+    if (verdict := open_attempt_verdict(point, None)) is not None:
+        return verdict.state
     state = status.get("state")
     if state == "requeued" and not point.job_id and ended_by in ("timeout", "preempted"):
         return ended_by  # a local run stopped with a checkpoint: nothing requeues it but a re-run

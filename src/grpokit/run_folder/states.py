@@ -50,4 +50,5 @@ class EndedBy(StrEnum):
     INVALID = "invalid"
     HUNG = "hung"
     PRUNED = "pruned"  # a runtime.pruning rule fired (grpokit.runtime.pruning)
+    DISK_FULL = "disk_full"  # a full (or over-quota) run or checkpoint folder: no other node can fix it
     KILLED = "killed"  # the attempt never closed: found open by the next start (SIGKILL, node failure)

@@ -85,13 +85,22 @@ class StatusFile:
         self.data["updated"] = now()
         write_json_atomic(self.path, self.data)
 
-    def start_attempt(self, *, target_step: int | None, slurm: dict[str, Any]) -> int:
-        """Open a new attempt (closing a previous one that a kill left open) and mark ``running``."""
+    def start_attempt(
+        self, *, target_step: int | None, slurm: dict[str, Any], previous_end: tuple[str, str] | None = None
+    ) -> int:
+        """Open a new attempt (closing a previous one that a kill left open) and mark ``running``.
+
+        previous_end: ``(ended_by, reason)`` of that open attempt, from evidence
+        (:func:`grpokit.run_folder.liveness.killed_attempt_reason`); None: ``killed``, no reason.
+        """
         attempts = self.data["attempts"]
         if attempts and not attempts[-1].get("end"):
             # The previous attempt never closed: its process was killed (SIGKILL after KillWait,
             # node failure). Slurm's requeue count tells that it came back.
-            attempts[-1].update(end=now(), ended_by=EndedBy.KILLED.value, slurm_state="requeued")
+            ended_by, reason = previous_end or (EndedBy.KILLED.value, None)
+            attempts[-1].update(end=now(), ended_by=ended_by, slurm_state="requeued")
+            if reason:
+                attempts[-1]["reason"] = reason
         attempts.append({"attempt": len(attempts) + 1, "start": now(), "end": None, "ended_by": None})
         self.data.update(state=PointState.RUNNING.value, reason="", target_step=target_step, slurm=slurm)
         self.save()

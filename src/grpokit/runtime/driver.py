@@ -32,6 +32,7 @@ in-process stand-ins (``tests/unit/test_driver_lifecycle.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -43,13 +44,22 @@ from typing import Any
 
 from grpokit import procs
 from grpokit.config.point import PointSpec
-from grpokit.run_folder import FINAL_STATES, AttemptFolder, RunFolder, StatusFile, write_json_atomic
+from grpokit.run_folder import (
+    FINAL_STATES,
+    AttemptFolder,
+    RunFolder,
+    StatusFile,
+    heartbeat,
+    liveness,
+    write_json_atomic,
+)
 from grpokit.run_folder.metrics import read_jsonl, write_merged
 from grpokit.runtime import (
     checkpoints,
     compile_cache,
     completion,
     control,
+    disk_full,
     kernels,
     pruning,
     ray_cluster,
@@ -64,6 +74,7 @@ from grpokit.runtime import (
     trainer_env,
     watchdog,
 )
+from grpokit.runtime.first_error import first_error_in_file
 from grpokit.runtime.job_log import JobLog
 from grpokit.runtime.outcome import Exit, Happened, JobFailed, Outcome, decide
 from grpokit.runtime.parts import Parts, Trainer
@@ -107,6 +118,8 @@ class Driver:
         self._outcome: Outcome | None = None
         self._reason_before_wait = ""  # status.json's reason under a wait's (_show_wait)
         self._retry: retry.Decision | None = None  # a crash retried (runtime.max_retries)
+        self._stop_why: str | None = None  # the stop decision's line: why Slurm stopped the attempt
+        self._beater: heartbeat.Beater | None = None  # touches <run>/heartbeat.json while the attempt runs
 
     # -- the lifecycle -----------------------------------------------------------------------------
     def run(self) -> int:
@@ -158,8 +171,10 @@ class Driver:
         self._install_signals()
         self.host.start_signal_relay(AttemptFolder(self.attempt_dir).signal_relay_log)
         control.reset(self.ctl)
-        status.start_attempt(target_step=self._target_step(), slurm=self.host.slurm_info())
+        previous_end = self._previous_end()
+        status.start_attempt(target_step=self._target_step(), slurm=self.host.slurm_info(), previous_end=previous_end)
         self._attempt_open = True
+        self._start_heartbeat(attempt)
         if self.resubmission is not None:
             status.data["resubmission"] = self.resubmission
             status.update_attempt(resubmission=self.resubmission)
@@ -247,8 +262,11 @@ class Driver:
         if self._outcome is not None:
             return self._outcome
         self._stop_parts()
+        happened = dataclasses.replace(happened, disk_full=self._disk_full(happened))
         outcome = self._outcome = self._decide(happened)
         self._write_status(outcome)
+        if self._beater is not None:
+            self._beater.stop()
         in_slurm = self.host.in_slurm()
         if in_slurm:
             # The outcome is written: a late warning or SIGTERM (the time limit's, the job's end)
@@ -269,6 +287,50 @@ class Driver:
             if handler is not None and not (in_slurm and sig in (signal.SIGUSR2, signal.SIGTERM)):
                 signal.signal(sig, handler)  # None: a handler not set from Python, left as it is
         return outcome
+
+    # -- liveness ---------------------------------------------------------------------------------
+    def _previous_end(self) -> tuple[str, str] | None:
+        """``(ended_by, reason)`` of an attempt a kill left open, from its record or the stderr of
+        the job run that ran it (:func:`grpokit.run_folder.liveness.killed_attempt_reason`)."""
+        data = self.status.data
+        if not data["attempts"] or data["attempts"][-1].get("end"):
+            return None
+        try:
+            old_job = liveness.attempt_job_id(data)
+            runs = liveness.stderr_runs(self.run_dir.parent, old_job)
+            # This start's own run is the file's last when the open attempt was this same job's.
+            previous = (runs[:-1] if old_job and old_job == self.host.task_id() else runs)[-1:] or [None]
+            found = liveness.killed_attempt_reason(self.run_dir, data, previous[0])
+        except Exception:
+            log.exception("could not read why attempt %d ended", len(data["attempts"]))
+            return None
+        if found is not None:
+            log.warning("attempt %d was left open: %s (%s)", len(data["attempts"]), found[1], found[0])
+        return found
+
+    def _start_heartbeat(self, attempt: int) -> None:
+        """Write this attempt's record (``heartbeat.json``) and start touching it every ``runtime.heartbeat_s``."""
+        beat_s = max(0.5, float(self.spec.runtime.heartbeat_s))
+        try:
+            path = heartbeat.open_record(self.run_dir, attempt=attempt, job_id=self.host.task_id(), beat_s=beat_s)
+        except OSError as exc:
+            log.warning("no heartbeat record (%s): a kill of this driver is decided from Slurm's evidence only", exc)
+            return
+        self._beater = heartbeat.Beater(path, beat_s).start()
+
+    def _disk_full(self, happened: Happened) -> str | None:
+        """``disk full writing <path>`` when the attempt's error or a folder it writes to says so."""
+        try:
+            named = disk_full.error_path(happened.error)
+            if named is not None:
+                return f"disk full writing {named or self.run_dir}"
+            lines = [str(happened.error)] if happened.error is not None else []
+            if happened.trainer_log is not None:
+                lines += [first_error_in_file(happened.trainer_log) or ""]
+            return disk_full.cause(lines, disk_full.free_bytes([self.run_dir, Path(self.spec.checkpoint_dir)]))
+        except Exception:
+            log.exception("could not check the disks")
+            return None
 
     # -- stop signals ------------------------------------------------------------------------------
     def _install_signals(self) -> None:
@@ -559,17 +621,32 @@ class Driver:
                     in_slurm=self.host.in_slurm(),
                 )
                 log.info("stop decision: %s (%s)", stop.state, stop.why)
+                self._stop_why = stop.why
             outcome = decide(happened, signal_name=self.stop.name if self.stop else None, stop=stop)
             outcome, self._retry = retry_job.on_outcome(self.spec, self.status, outcome, self.attempt_dir, self.host)
             return outcome
         except Exception as exc:
             log.exception("could not decide the outcome")
+            full = disk_full.error_path(exc)
+            if full is not None:
+                return Outcome("failed", "disk_full", f"disk full writing {full or self.run_dir}")
             return Outcome("failed", "failed", f"driver error while deciding the outcome: {type(exc).__name__}: {exc}")
 
     def _write_status(self, outcome: Outcome) -> None:
         """Close the attempt in ``status.json`` (opening it first when the attempt failed before
         it was opened); merged metrics are a convenience and never cost the status."""
         status = self.status
+        if self._beater is not None:  # first, in place: it reaches the readers when status.json cannot
+            try:
+                heartbeat.write_outcome(
+                    self.run_dir,
+                    attempt=status.attempt,
+                    state=outcome.state,
+                    ended_by=outcome.ended_by,
+                    reason=outcome.reason,
+                )
+            except OSError:
+                log.exception("could not write the outcome into %s", self.folder.heartbeat)
         try:
             if not self._attempt_open:
                 status.start_attempt(target_step=self._target_step(), slurm=self.host.slurm_info())
@@ -579,6 +656,10 @@ class Driver:
                 write_merged(self.run_dir)
             except Exception:
                 log.exception("could not merge metrics")
+            if self._stop_why and outcome.ended_by in ("preempted", "timeout", "cancelled"):
+                # the attempt's reason tells preemption, an administrator's requeue, scancel, the time limit apart
+                first = outcome.reason.splitlines()[0] if outcome.reason else ""
+                status.data["attempts"][-1]["reason"] = f"{self._stop_why}; {first}" if first else self._stop_why
             status.finish(
                 outcome.state,
                 ended_by=outcome.ended_by,

@@ -23,6 +23,10 @@ trainer stopped after a stop signal        the stop decision    the stop decisio
 trainer exited non-zero                    failed               failed
 =========================================  ===================  =====================================
 
+A full run or checkpoint folder (``Happened.disk_full``) overrides every row but ``completed``,
+``skipped_no_gpu`` and a requeue whose checkpoint was written: ``failed``, ``ended_by: disk_full``,
+``disk full writing <path>``.
+
 A trainer that ends by itself keeps its own outcome even when a stop signal came meanwhile (the
 target step reached during the warning's lead is ``completed``, not ``requeued``).
 """
@@ -110,6 +114,8 @@ class Happened:
     exit status. completion: the judgement of a trainer that exited 0. pruned: the pruning
     verdict's reason. saved_step: the step the trainer checkpointed on the save request.
     trainer_log, verl_cmd: the attempt's ``trainer.log`` and the run's ``verl_cmd.sh``, for reasons.
+    disk_full: ``disk full writing <path>`` when a folder the attempt writes to is full
+    (:func:`grpokit.runtime.disk_full.cause`).
     """
 
     error: BaseException | None = None
@@ -121,6 +127,7 @@ class Happened:
     saved_step: int | None = None
     trainer_log: Path | None = None
     verl_cmd: Path | None = None
+    disk_full: str | None = None
 
 
 def _stopped(stop: StopDecision, reason: str, trainer_exit: int | None = None) -> Outcome:
@@ -128,13 +135,25 @@ def _stopped(stop: StopDecision, reason: str, trainer_exit: int | None = None) -
 
 
 def decide(happened: Happened, *, signal_name: str | None = None, stop: StopDecision | None = None) -> Outcome:
-    """The outcome of an attempt (the module table).
+    """The outcome of an attempt (the module table); an attempt that did not complete while a
+    folder it writes to is full ends ``failed``, ``ended_by: disk_full``, its reason starting
+    with ``disk full writing <path>`` (not retried: no node can fix a shared file system).
 
     Args:
         happened: what the driver saw.
         signal_name: the first stop signal's name (``USR2``, ``SIGTERM``, ...) when one came.
         stop: the stop decision for that signal (None when none came).
     """
+    outcome = _decide(happened, signal_name=signal_name, stop=stop)
+    saved = outcome.state == "requeued" and happened.saved_step is not None  # its checkpoint was written
+    if happened.disk_full and outcome.state not in ("completed", "skipped_no_gpu") and not saved:
+        symptom = outcome.reason.splitlines()[0] if outcome.reason else ""
+        reason = happened.disk_full + (f"; {symptom}" if symptom and symptom != happened.disk_full else "")
+        return Outcome("failed", "disk_full", reason, outcome.trainer_exit)
+    return outcome
+
+
+def _decide(happened: Happened, *, signal_name: str | None, stop: StopDecision | None) -> Outcome:
     h, err = happened, happened.error
     if isinstance(err, JobFailed):
         return Outcome("requeued" if err.requeue else "failed", err.ended_by, str(err), requeue=err.requeue)

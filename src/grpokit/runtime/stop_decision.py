@@ -115,7 +115,14 @@ def decide(
         )
     if signum == signal.SIGTERM:
         if slurm_requeues is True:
-            return StopDecision("requeued", "preempted", False, "SIGTERM while Slurm requeues the job (preemption)")
+            if slurm_preempting:
+                return StopDecision("requeued", "preempted", False, "SIGTERM: Slurm preempts and requeues the job")
+            return StopDecision(
+                "requeued",
+                "preempted",
+                False,
+                "SIGTERM: Slurm requeues the job without preempting it (scontrol requeue by an administrator)",
+            )
         if slurm_preempting:
             return StopDecision("requeued", "preempted", in_slurm, "SIGTERM: Slurm preempts the job without requeue")
         if slurm_requeues is False:

@@ -4,7 +4,10 @@ A run folder may already hold a final ``status.json`` from an earlier submission
 resubmission): it does not count. A point is final for this submission when its ``status.json``
 is final and has more attempts than when it was submitted, or when Slurm has ended its job
 (``gone_grace_s`` ago, so the driver's last write is not missed) without the driver recording a
-new attempt, e.g. a job cancelled while queued or one that failed before the driver started.
+new attempt, e.g. a job cancelled while queued or one that failed before the driver started, or
+when this submission's attempt was left open and the evidence decides it
+(:func:`grpokit.run_folder.liveness.settle`: the driver's record holds its outcome, or Slurm no
+longer knows the job and the heartbeat is stale).
 """
 
 from __future__ import annotations
@@ -34,6 +37,23 @@ def _slurm_final(job_ids: list[str | None]) -> dict[str, str]:
     return {j: st.state for j, st in job_states(wanted).items() if st.kit_state not in ("queued", "running", "unknown")}
 
 
+def _settled(spec: PointSpec, job_id: str | None, status: dict) -> str | None:
+    """The liveness verdict on the point's open attempt (None: nothing proves it over). Slurm is
+    asked only when the driver's record holds an outcome or its heartbeat is stale."""
+    from grpokit.run_folder.heartbeat import read_record
+    from grpokit.run_folder.liveness import settle
+    from grpokit.run_folder.sweep import Point
+    from grpokit.slurm.states import job_states
+
+    record = read_record(Path(spec.run_dir))
+    if record is None or (record.outcome is None and not record.stale):
+        return None
+    slurm = job_states([job_id]).get(job_id) if job_id else None
+    point = Point(index=spec.index, name=spec.name, run_dir=Path(spec.run_dir), job_id=job_id, status=status)
+    verdict = settle(point, slurm)
+    return verdict.state if verdict is not None else None
+
+
 def wait_for(
     specs: list[PointSpec],
     job_ids: list[str | None],
@@ -42,6 +62,7 @@ def wait_for(
     poll_s: float = 5.0,
     gone_grace_s: float = 60.0,
     slurm_final: Callable[[list[str | None]], dict[str, str]] = _slurm_final,
+    settled: Callable[[PointSpec, str | None, dict], str | None] = _settled,
 ) -> list[str]:
     """Wait for this submission's points; returns each point's final state, in ``specs`` order.
 
@@ -50,6 +71,7 @@ def wait_for(
         attempts_before: :func:`attempt_counts` taken before submission.
         poll_s: seconds between looks. gone_grace_s: how long a job Slurm reports ended may go
             without a new final status.json before it counts as ended with Slurm's state.
+        settled: the verdict on an attempt of this submission left open (:func:`_settled`).
 
     Returns:
         status.json's state, or ``slurm:<STATE>`` for a job that ended without the driver saying so.
@@ -61,8 +83,14 @@ def wait_for(
             if i in final:
                 continue
             status = read_status(Path(spec.run_dir))
-            if status.get("state") in FINAL_STATES and len(status.get("attempts") or []) > attempts_before[i]:
+            attempts = status.get("attempts") or []
+            if status.get("state") in FINAL_STATES and len(attempts) > attempts_before[i]:
                 final[i] = str(status["state"])
+            elif len(attempts) > attempts_before[i] and not attempts[-1].get("end"):
+                word = settled(spec, job_ids[i], status)
+                if word is not None and word not in ("queued", "running"):
+                    final[i] = word
+                    log.warning("%s: attempt %d left open, decided from evidence: %s", spec.name, len(attempts), word)
         open_ids = [job_ids[i] for i in range(len(specs)) if i not in final]
         ended = slurm_final(open_ids) if open_ids else {}
         for i in range(len(specs)):

@@ -1,0 +1,350 @@
+"""An attempt the driver did not close, decided from evidence (issue 24).
+
+A driver killed with SIGKILL (the OOM killer, a node agent), a node that died, or a full disk can
+leave ``status.json`` ``running`` with its last attempt open. Readers (``status``, ``resubmit``,
+``wait=true``) then decide the attempt with :func:`decide`, pure, from :class:`Evidence`:
+
+==========================================================  ======================================
+evidence                                                    verdict
+==========================================================  ======================================
+the driver's record holds this attempt's outcome            that outcome (status.json could not
+(``heartbeat.json``, written in place on a full disk)       be rewritten)
+Slurm holds the job queued or running                       none: Slurm's word stands
+Slurm says the job ended (COMPLETED aside)                  final, the cause from submitit's
+                                                            stderr, else Slurm's exit code/state
+Slurm does not know the job, the heartbeat is stale         final, the cause from submitit's
+                                                            stderr, else "no heartbeat for N s"
+Slurm does not know the job, heartbeat fresh or missing     none: nothing proves the driver gone
+==========================================================  ======================================
+
+The reason reads ``<cause> at step <S>; last checkpoint step <C>`` (``killed (signal 9) at step 16;
+last checkpoint step 15``). A final verdict is one of the resubmittable words (``failed``,
+``cancelled``, ``timeout``, ``preempted``): ``resubmit`` takes the point again and its next start
+closes the open attempt with the same cause (:func:`killed_attempt_reason`).
+
+Causes read in submitit's log files (``<sweep>/submitit/<job>_<task>_log.{out,err}``, Slurm's, srun's and
+the batch shell's own lines;
+submitit opens it in append mode, so each start of the job adds a run to it) by :func:`stderr_cause`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from grpokit.run_folder.heartbeat import read_record
+from grpokit.run_folder.layout import METRICS, SUBMITIT_DIR
+
+if TYPE_CHECKING:
+    from grpokit.run_folder.sweep import Point
+    from grpokit.slurm.states import SlurmJobState
+
+#: verl's checkpoint tracker in the checkpoint folder (verl's ``latest_checkpointed_iteration.txt``).
+TRACKER = "latest_checkpointed_iteration.txt"
+#: submitit's line at each start of the job: it splits the stderr file into runs.
+START_MARKER = "Starting with JobEnvironment"
+
+_SIGNALS = {"Killed": 9, "Terminated": 15, "Segmentation fault": 11, "Aborted": 6, "Bus error": 7, "Hangup": 1}
+_SLURM_END = re.compile(r"\*\*\* (?:JOB|STEP) (\S+) ON (\S+) CANCELLED AT (\S+)(.*?)\*\*\*")
+_NODE_FAIL = re.compile(r"Node failure on (\S+)")
+_TASK_SIGNAL = re.compile(r"srun: error: (\S+): tasks? [\d,-]+: (" + "|".join(_SIGNALS) + r")\b")
+# bash, the batch script's shell, on a child killed by a signal: "<script>: line 44: 24382 Killed   python ..."
+_SHELL_SIGNAL = re.compile(r"line \d+: +\d+ (" + "|".join(_SIGNALS) + r")\b")
+_TASK_EXIT = re.compile(r"srun: error: (\S+): tasks? [\d,-]+: Exited with exit code (\d+)")
+_OOM = re.compile(r"oom[-_]kill event|Out Of Memory|OUT_OF_MEMORY", re.IGNORECASE)
+_SLURM_WORD = {"CANCELLED": "cancelled", "TIMEOUT": "timeout", "DEADLINE": "timeout", "PREEMPTED": "preempted"}
+_LIVE = ("queued", "running")
+
+
+@dataclass(frozen=True)
+class Cause:
+    """What ended a run of the job: ``word`` (the point's state word it leads to) and ``text``."""
+
+    word: str
+    text: str
+
+
+def stderr_cause(lines: list[str]) -> Cause | None:
+    """The cause Slurm's own lines give for the end of one run (lines of one start of the job).
+
+    Most specific first: a node failure (``srun: error: Node failure on node2``, ``... CANCELLED AT
+    ... DUE TO NODE FAILURE``), Slurm's end of the job (``DUE TO PREEMPTION`` / ``TIME LIMIT`` /
+    ``JOB REQUEUE``, or a plain ``CANCELLED AT``: ``scancel``), the OOM killer, a task killed by a
+    signal (``srun: error: node1: task 0: Killed``, or the batch shell's ``slurm_script: line 44:
+    24382 Killed  python ...`` -> signal 9), a task's exit code. None when the
+    lines name none (format: Slurm 22.05's slurmstepd and srun messages).
+    """
+    text = "\n".join(lines)
+    if m := _NODE_FAIL.search(text):
+        return Cause("failed", f"node {m.group(1)} failed")
+    ends = _SLURM_END.findall(text)
+    for _job, host, _at, tail in ends:
+        if "NODE FAILURE" in tail:
+            return Cause("failed", f"a node of the job failed (Slurm cancelled it on {host} DUE TO NODE FAILURE)")
+    if ends:
+        _job, host, at, tail = ends[-1]
+        if "PREEMPTION" in tail:
+            return Cause("preempted", f"preempted by Slurm at {at}")
+        if "TIME LIMIT" in tail:
+            return Cause("timeout", f"time limit reached at {at}")
+        if "REQUEUE" in tail:
+            return Cause("preempted", f"requeued by Slurm (scontrol requeue) at {at}")
+        by = re.search(r"BY (\S+)", tail)
+        return Cause("cancelled", f"cancelled (scancel{' by ' + by.group(1) if by else ''}) at {at}")
+    if _OOM.search(text):
+        return Cause("failed", "killed by the OOM killer (out of memory)")
+    if m := list(_TASK_SIGNAL.finditer(text)):
+        last = m[-1]
+        return Cause("failed", f"killed (signal {_SIGNALS[last.group(2)]}) on {last.group(1)}")
+    if m := list(_SHELL_SIGNAL.finditer(text)):
+        return Cause("failed", f"killed (signal {_SIGNALS[m[-1].group(1)]})")
+    if m := list(_TASK_EXIT.finditer(text)):
+        return Cause("failed", f"exited with {m[-1].group(2)} on {m[-1].group(1)}")
+    return None
+
+
+def split_runs(lines: list[str]) -> list[list[str]]:
+    """The stderr file's lines cut into the job's starts (at submitit's :data:`START_MARKER`)."""
+    runs: list[list[str]] = [[]]
+    for line in lines:
+        if START_MARKER in line and runs[-1]:
+            runs.append([])
+        runs[-1].append(line)
+    return runs
+
+
+def exit_code_cause(exit_code: str | None) -> Cause | None:
+    """Slurm's ``ExitCode`` (``rc:signal``): ``0:9`` or ``137:0`` -> killed (signal 9); ``3:0`` -> exited 3."""
+    if not exit_code or ":" not in exit_code:
+        return None
+    rc_text, sig_text = exit_code.split(":", 1)
+    rc, sig = int(rc_text or 0) if rc_text.isdigit() else 0, int(sig_text) if sig_text.isdigit() else 0
+    if sig:
+        return Cause("failed", f"killed (signal {sig})")
+    if rc > 128:
+        return Cause("failed", f"killed (signal {rc - 128}, exit {rc})")
+    if rc:
+        return Cause("failed", f"exited with {rc}")
+    return None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What is known of an open attempt.
+
+    attempt: its number. job_id: the Slurm job that ran it (display id; None outside Slurm).
+    slurm_state / slurm_word / slurm_exit_code / slurm_reason: Slurm's answer, its state name and
+    the kit's word for it (``SlurmJobState.kit_state``); state None: Slurm does not know the job,
+    or nobody asked. outcome: the driver's record's outcome for this attempt
+    (``{"state", "ended_by", "reason"}``), None when it wrote none. beat_age_s / stale_after_s:
+    seconds since the last heartbeat and the staleness limit (None: no heartbeat record).
+    stderr: the cause in submitit's stderr for this run. last_step: the attempt's last logged step;
+    checkpoint_step: verl's tracker in the checkpoint folder (None: absent or unreadable, e.g.
+    emptied by a kill during its write); checkpoint_folders: ``global_step_*`` folders exist.
+    """
+
+    attempt: int
+    job_id: str | None = None
+    slurm_state: str | None = None
+    slurm_word: str | None = None
+    slurm_exit_code: str | None = None
+    slurm_reason: str | None = None
+    outcome: dict | None = None
+    beat_age_s: float | None = None
+    stale_after_s: float | None = None
+    stderr: Cause | None = None
+    last_step: int | None = None
+    checkpoint_step: int | None = None
+    checkpoint_folders: bool = False
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The decided attempt: ``state`` (a point state word) and ``reason`` (one line)."""
+
+    state: str
+    reason: str
+
+
+def _where(ev: Evidence) -> str:
+    step = f" at step {ev.last_step}" if ev.last_step is not None else " before its first step"
+    if ev.checkpoint_step is not None:
+        ckpt = f"last checkpoint step {ev.checkpoint_step}"
+    else:
+        ckpt = "checkpoint tracker unreadable" if ev.checkpoint_folders else "no checkpoint"
+    return f"{step}; {ckpt}"
+
+
+def _outcome_word(outcome: dict) -> str:
+    state, ended_by = outcome.get("state"), outcome.get("ended_by")
+    if ended_by in ("timeout", "preempted", "cancelled") and state in ("failed", "requeued", "cancelled"):
+        return str(ended_by)
+    if state in ("requeued", "pending", "running"):
+        return "failed"  # nothing will start it again: Slurm does not hold the job
+    return {"sidecar_failed": "failed"}.get(str(state), str(state))
+
+
+def decide(ev: Evidence) -> Verdict | None:
+    """The verdict on an open attempt (the module's table); None when the evidence proves nothing
+    (status.json's ``running`` and Slurm's live state stand)."""
+    slurm_word = (ev.slurm_word or "unknown") if ev.slurm_state else None
+    if ev.outcome is not None:
+        if slurm_word in _LIVE and ev.outcome.get("state") == "requeued":
+            return None  # the job requeued itself: Slurm holds it again
+        return Verdict(_outcome_word(ev.outcome), str(ev.outcome.get("reason") or "").strip().split("\n")[0])
+    if slurm_word in _LIVE:
+        return None
+    if slurm_word is not None and slurm_word != "unknown":
+        if slurm_word == "completed":
+            return None  # exit 0 without an outcome: the status reports say what is missing
+        cause = (
+            ev.stderr
+            or exit_code_cause(ev.slurm_exit_code)
+            or Cause(_SLURM_WORD.get(ev.slurm_state or "", "failed"), f"Slurm: {ev.slurm_state}")
+        )
+        word = cause.word if cause.word != "failed" else _SLURM_WORD.get(ev.slurm_state or "", "failed")
+        return Verdict(word, f"{cause.text}{_where(ev)} (job {ev.job_id}, Slurm: {ev.slurm_state})")
+    if ev.beat_age_s is None or ev.stale_after_s is None or ev.beat_age_s <= ev.stale_after_s:
+        return None
+    gone = f"no heartbeat for {ev.beat_age_s:.0f} s" + (
+        f" and Slurm no longer knows job {ev.job_id}" if ev.job_id else ", a run outside Slurm"
+    )
+    if ev.stderr is not None:
+        return Verdict(ev.stderr.word, f"{ev.stderr.text}{_where(ev)} ({gone})")
+    return Verdict("failed", f"driver gone{_where(ev)} ({gone})")
+
+
+# -- the evidence, read from the run folder ---------------------------------------------------------
+
+
+def _tail_step(path: Path, max_bytes: int = 65536) -> int | None:
+    """The ``step`` of the last complete JSON line of a ``metrics.jsonl`` (its last ``max_bytes``)."""
+    import json
+
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            step = json.loads(line).get("step")
+        except (json.JSONDecodeError, AttributeError):
+            continue
+        if isinstance(step, int):
+            return step
+    return None
+
+
+def checkpoint_step(run_dir: Path) -> int | None:
+    """verl's tracker in ``<run>/checkpoints`` (the step of the last checkpoint it finished)."""
+    try:
+        text = (Path(run_dir) / "checkpoints" / TRACKER).read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def has_step_folders(run_dir: Path) -> bool:
+    """Whether ``<run>/checkpoints`` holds a ``global_step_*`` folder."""
+    try:
+        return any((Path(run_dir) / "checkpoints").glob("global_step_*"))
+    except OSError:
+        return False
+
+
+def attempt_job_id(status: dict) -> str | None:
+    """The display id of the job that wrote ``status`` (``123_4`` in an array), from its ``slurm``."""
+    slurm = status.get("slurm") or {}
+    if slurm.get("array_job_id") and slurm.get("array_task_id") is not None:
+        return f"{slurm['array_job_id']}_{slurm['array_task_id']}"
+    return str(slurm["job_id"]) if slurm.get("job_id") else None
+
+
+def stderr_runs(sweep_dir: Path, job_id: str | None, max_bytes: int = 1 << 20) -> list[list[str]]:
+    """submitit's output of ``job_id`` (``<sweep>/submitit/<job>_<task>_log.err`` and ``.out``: the
+    kit's batch script sends the job's stderr to ``.out``) cut into runs; [] when there is none.
+    Only the last ``max_bytes`` of each file are read: the ends of the last runs are there."""
+    if not job_id:
+        return []
+    lines: list[str] = []
+    for path in sorted((Path(sweep_dir) / SUBMITIT_DIR).glob(f"{job_id}_[0-9]*_log.*")):
+        try:
+            with open(path, "rb") as f:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - max_bytes))
+                lines += f.read().decode(errors="replace").splitlines()
+        except OSError:
+            continue
+    return split_runs(lines) if lines else []
+
+
+def gather(point: Point, slurm: SlurmJobState | None, now_s: float | None = None) -> Evidence | None:
+    """The evidence on the point's open attempt; None when its last attempt is closed (or none)."""
+    attempts = point.attempts
+    if not attempts or attempts[-1].get("end"):
+        return None
+    number = len(attempts)
+    record = read_record(point.run_dir, now_s)
+    if record is not None and record.fields.get("attempt") != number:
+        record = None  # an earlier attempt's record: this one never wrote its own
+    job_id = attempt_job_id(point.status or {}) or point.job_id
+    live = slurm is not None and slurm.kit_state in _LIVE
+    needs_stderr = not live and (record is None or record.outcome is None)
+    runs = stderr_runs(Path(point.run_dir).parent, job_id) if needs_stderr else []
+    status = point.status or {}
+    last = _tail_step(Path(point.run_dir) / "attempts" / str(number) / METRICS)
+    return Evidence(
+        attempt=number,
+        job_id=job_id,
+        slurm_state=slurm.state if slurm is not None and slurm.kit_state != "unknown" else None,
+        slurm_word=slurm.kit_state if slurm is not None else None,
+        slurm_exit_code=slurm.exit_code if slurm is not None else None,
+        slurm_reason=slurm.reason if slurm is not None else None,
+        outcome=record.outcome if record is not None else None,
+        beat_age_s=record.age_s if record is not None else None,
+        stale_after_s=record.stale_after_s if record is not None else None,
+        stderr=stderr_cause(runs[-1]) if runs else None,
+        last_step=last if last is not None else status.get("last_step"),
+        checkpoint_step=checkpoint_step(Path(point.run_dir)),
+        checkpoint_folders=has_step_folders(Path(point.run_dir)),
+    )
+
+
+def settle(point: Point, slurm: SlurmJobState | None) -> Verdict | None:
+    """:func:`decide` on the point's open attempt (None: closed, or nothing proves it over). While
+    Slurm holds the job only the record is read (its outcome is the one thing that decides then)."""
+    if slurm is not None and slurm.kit_state in _LIVE:
+        record = read_record(point.run_dir)
+        if record is None or record.outcome is None:
+            return None
+    evidence = gather(point, slurm)
+    return decide(evidence) if evidence is not None else None
+
+
+def killed_attempt_reason(run_dir: Path, status: dict, previous_run: list[str] | None) -> tuple[str, str] | None:
+    """``(ended_by, reason)`` for the attempt a new start finds open: the record's outcome when
+    the driver wrote one, else the cause in the previous run's stderr (``previous_run``), with the
+    step and checkpoint; None when nothing says."""
+    attempts = status.get("attempts") or []
+    if not attempts or attempts[-1].get("end"):
+        return None
+    number = len(attempts)
+    record = read_record(run_dir)
+    if record is not None and record.fields.get("attempt") == number and record.outcome is not None:
+        return str(record.outcome.get("ended_by") or "failed"), str(record.outcome.get("reason") or "")
+    cause = stderr_cause(previous_run) if previous_run else None
+    if cause is None:
+        return None
+    ev = Evidence(
+        attempt=number,
+        last_step=_tail_step(Path(run_dir) / "attempts" / str(number) / METRICS),
+        checkpoint_step=checkpoint_step(Path(run_dir)),
+        checkpoint_folders=has_step_folders(Path(run_dir)),
+    )
+    return "killed", f"{cause.text}{_where(ev)}"

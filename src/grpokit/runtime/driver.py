@@ -57,6 +57,7 @@ from grpokit.runtime import (
     retry,
     retry_job,
     shared_fs,
+    startup,
     stop_decision,
     trackers,
     trainer,
@@ -99,7 +100,9 @@ class Driver:
         self.prune_watch: pruning.PruneWatch | None = None
         self.stacks_dir: Path | None = None  # faulthandler files of the trainer's processes (watchdog)
         self.timings: dict[str, float] = {}
+        self.marks: dict[str, float] = {}  # seconds after job start (startup.json's driver marks)
         self.t0 = time.monotonic()
+        self.t0_wall = time.time()  # job start on the log lines' clock (startup.json)
         self._log = JobLog()
         self._handlers: dict[int, Any] = {}  # the stop signals' handlers before open()
         self._attempt_open = False
@@ -184,6 +187,7 @@ class Driver:
             env = {
                 **os.environ,
                 **compile_cache.environment(self.spec.checkpoint_dir, os.environ),  # reused on resume
+                **startup.environment(os.environ),  # vLLM's INFO lines: the engine's part of startup.json
                 **{k: str(v) for k, v in self.spec.runtime.env.items()},
                 **trainer.environment(self.run_dir, self.attempt_dir),
                 **trackers.environment(self.spec),  # W&B: one run per point across attempts
@@ -241,6 +245,7 @@ class Driver:
         if self._outcome is not None:
             return self._outcome
         self._stop_parts()
+        self._write_startup()
         outcome = self._outcome = self._decide(happened)
         self._write_status(outcome)
         in_slurm = self.host.in_slurm()
@@ -388,6 +393,7 @@ class Driver:
             **ray_resources.cluster_sizes(self.spec.runtime, num_cpus),
         )
         self.timings["ray_ready_s"] = round(time.monotonic() - t, 2)
+        self.marks["ray_ready_s"] = round(time.monotonic() - self.t0, 2)
         for sc in self.sidecars.values():
             api.wait_ready(sc)
         self.timings["sidecars_ready_s"] = round(time.monotonic() - t, 2)
@@ -424,7 +430,7 @@ class Driver:
         log.info(
             "trainer launched with Ray ready (pid %d, %.2f s after job start)", proc.pid, time.monotonic() - self.t0
         )
-        self.timings["trainer_launched_s"] = round(time.monotonic() - self.t0, 2)
+        self.timings["trainer_launched_s"] = self.marks["trainer_launched_s"] = round(time.monotonic() - self.t0, 2)
         self.stacks_dir = Path(env[watchdog.STACKS_ENV]) if env.get(watchdog.STACKS_ENV) else None
         policy = watchdog.HangPolicy.from_runtime(self.spec.runtime)
         hang_watch = watchdog.Watchdog(policy, AttemptFolder(attempt_dir).metrics) if policy else None
@@ -437,10 +443,14 @@ class Driver:
             alive=lambda: proc.poll() is None,
             force_stop=lambda: proc.stop(self.grace_s),
         )
+        metrics = AttemptFolder(attempt_dir).metrics
+        timeline_written = False
         while True:
             rc = proc.poll()
             if rc is not None:
                 return rc
+            if not timeline_written and metrics.exists() and metrics.stat().st_size > 0:
+                timeline_written = self._write_startup()  # at the first step: readable while it runs
             if self.stop_signal is not None:
                 # On SIGTERM Slurm signals every process of the job: deaths are expected now.
                 if self.stop is not None and self.stop.overdue(self.parts.clock()):
@@ -522,6 +532,17 @@ class Driver:
     def _stop_ray(self) -> None:
         if self.cluster is not None:
             self.cluster.stop(self.grace_s)
+
+    def _write_startup(self) -> bool:
+        """``attempts/<k>/startup.json`` (:mod:`grpokit.runtime.startup`); never fails the attempt."""
+        if self.attempt_dir is None:
+            return False
+        try:
+            startup.write(self.attempt_dir, self.t0_wall, self.marks)
+            return True
+        except Exception:
+            log.exception("could not write the start-up timeline")
+            return False
 
     def _timeouts_so_far(self) -> int:
         return stop_decision.count_timeouts(self.status.data["attempts"], self.status.data.get("resubmission"))

@@ -1,0 +1,275 @@
+"""An attempt's start-up timeline: job start -> first generation request, phase by phase.
+
+The marks come from the driver's own clock (job start, Ray ready, trainer launched) and from the
+time stamps of the trainer's own log lines (``attempts/<k>/trainer.log``): verl's logger
+(``INFO:2026-12-01 23:36:16,407:...``), Ray's (``2026-12-01 23:35:16,000\\tINFO ...``) and vLLM's
+(``WARNING 12-01 23:38:22 [file.py:N] ...``, no year, 1-s resolution). The line texts are those of
+verl 0.9.1 (``verl/trainer/ppo/v1``), Ray 2.60 and vLLM 0.24.0; a mark whose line is missing (another
+version, a log level that hides it) is left out and named in ``not_seen``, never guessed.
+
+Each phase ends at its mark and starts at the latest earlier mark present; ``took_s`` is that
+difference. Written as ``attempts/<k>/startup.json`` (:func:`write`) by the driver:
+
+    {"job_start": iso8601, "first_generation_s": float | null,
+     "phases": [{"phase": str, "what": str, "at_s": float, "took_s": float, "source": str}],
+     "engine": {"weights_s", "compile_s", "compile_cache", "cuda_graphs_s", "kv_cache_gib",
+                "init_engine_s"} (the vLLM figures its INFO lines give, absent ones left out),
+     "not_seen": [phase]}
+
+``at_s`` is seconds after job start. The log's times are the node's local time, read with this
+process's time zone (the driver runs on the trainer's node).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from grpokit.run_folder.atomic import write_json_atomic
+
+STARTUP_FILE = "startup.json"
+#: vLLM's INFO lines carry the engine's own figures (weights, compile, cache hit, KV cache, CUDA
+#: graphs); verl sets WARN for its workers unless the variable is set, so the kit sets INFO.
+LOG_VARS = {"VLLM_LOGGING_LEVEL": "INFO"}
+
+
+def environment(current: dict[str, str]) -> dict[str, str]:
+    """:data:`LOG_VARS` not already set in `current` (the job's environment)."""
+    return {k: v for k, v in LOG_VARS.items() if current.get(k) is None}
+
+#: (phase, what it covers) in start-up order; the driver's three first, then the trainer's.
+PHASES: tuple[tuple[str, str], ...] = (
+    ("ray_ready", "job start -> the job's Ray cluster ready (kit)"),
+    ("trainer_launched", "Ray ready -> verl's trainer process started (kit)"),
+    ("verl_import", "python start, verl import, ray.init (verl)"),
+    ("dataset", "task runner, tokenizer, dataset load and filter (verl)"),
+    ("worker_group", "worker group created (verl, Ray actors)"),
+    ("actor_ref", "FSDP actor and reference model built (verl)"),
+    ("rollout_spawn", "rollout server actor started, vLLM imported (verl, vLLM)"),
+    ("engine_start", "vLLM engine arguments read, engine core process spawned (vLLM)"),
+    ("engine_ready", "vLLM engine: weights, compile, KV cache, CUDA graphs, API server (vLLM)"),
+    ("weight_sync", "checkpoint engine / weight sync set up (verl)"),
+    ("checkpoint_load", "checkpoint loaded (a resumed attempt), ready to fit (verl)"),
+    ("first_generation", "agent loop workers started, first generation request at vLLM (verl)"),
+)
+PHASE_NAMES = tuple(p for p, _ in PHASES)
+_WHAT = dict(PHASES)
+#: short labels for the one-line view
+LABELS = {
+    "ray_ready": "ray",
+    "trainer_launched": "launch",
+    "verl_import": "verl import",
+    "dataset": "dataset",
+    "worker_group": "workers",
+    "actor_ref": "actor+ref",
+    "rollout_spawn": "rollout spawn",
+    "engine_start": "engine proc",
+    "engine_ready": "engine",
+    "weight_sync": "weight sync",
+    "checkpoint_load": "ckpt load",
+    "first_generation": "first request",
+}
+
+_ACTOR = re.compile(r"^(?:\x1b\[[0-9;]*m)?\((?P<actor>[A-Za-z0-9_]*) ?pid=(?P<pid>\d+)\)(?:\x1b\[[0-9;]*m)? ?")
+_SUB = re.compile(r"^\((?P<proc>[A-Za-z0-9_]+) pid=(?P<pid>\d+)\) ")
+_TS_VERL = re.compile(r"^(?:INFO|WARNING|ERROR|DEBUG):(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}):")
+_TS_RAY = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})\s+[A-Z]+ ")
+_TS_VLLM = re.compile(r"^(?:INFO|WARNING|ERROR|DEBUG) (\d\d)-(\d\d) (\d\d:\d\d:\d\d) \[")
+
+# (phase, actor or None for any, regex on the message): the first matching line is the mark.
+_MARKS: tuple[tuple[str, str | None, re.Pattern], ...] = (
+    ("verl_import", None, re.compile(r"Connected to Ray cluster")),
+    ("dataset", None, re.compile(r"train and validate dataloader initialized")),
+    ("worker_group", None, re.compile(r"create worker group")),
+    ("actor_ref", None, re.compile(r"actor and ref model engine initialized|actor model engine initialized")),
+    ("weight_sync", None, re.compile(r"checkpoint engine manager initialized")),
+    ("checkpoint_load", None, re.compile(r"all initialize finished, ready to fit")),
+)
+# the engine core process is spawned (WARNING, always shown in a Ray actor) / starts (INFO)
+_ENGINE_START = re.compile(r"We must use the `spawn` multiprocessing start method|Initializing a V1 LLM engine")
+_ENGINE_READY = re.compile(r"\[api_router\.py|Starting vLLM server on|Application startup complete")
+_FIRST_REQUEST = re.compile(r"\[input_processor\.py|Added request|Received request")
+# vLLM 0.24's INFO lines (vllm/model_executor/model_loader, vllm/compilation, vllm/v1/worker, vllm/v1/engine)
+_ENGINE_FIGURES: tuple[tuple[str, re.Pattern], ...] = (
+    ("weights_s", re.compile(r"Model loading took [\d.]+ GiB (?:memory )?and ([\d.]+) seconds")),
+    ("compile_s", re.compile(r"torch\.compile (?:takes|took) ([\d.]+) s in total")),
+    ("cuda_graphs_s", re.compile(r"Graph capturing finished in ([\d.]+) secs")),
+    ("kv_cache_gib", re.compile(r"Available KV cache memory: ([\d.]+) GiB")),
+    ("init_engine_s", re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")),
+)
+_CACHE_HIT = re.compile(r"Directly load the compiled graph")
+_CACHE_OFF = re.compile(r"torch\.compile cache is disabled")
+_CACHE_MISS = re.compile(r"Compiling a graph for|Cache the graph of")
+
+
+@dataclasses.dataclass
+class Timeline:
+    """Marks (phase -> epoch seconds), their sources and vLLM's own figures for one attempt."""
+
+    job_start: float
+    marks: dict[str, float] = dataclasses.field(default_factory=dict)
+    sources: dict[str, str] = dataclasses.field(default_factory=dict)
+    engine: dict[str, float | str] = dataclasses.field(default_factory=dict)
+
+    def phases(self) -> list[dict]:
+        """One row per phase present, in start-up order (see the module docstring)."""
+        rows, prev = [], self.job_start
+        for name in PHASE_NAMES:
+            at = self.marks.get(name)
+            if at is None:
+                continue
+            rows.append(
+                {
+                    "phase": name,
+                    "what": _WHAT[name],
+                    "at_s": round(at - self.job_start, 1),
+                    "took_s": round(at - prev, 1),
+                    "source": self.sources.get(name, "trainer.log"),
+                }
+            )
+            prev = max(prev, at)
+        return rows
+
+    def first_generation_s(self) -> float | None:
+        at = self.marks.get("first_generation")
+        return None if at is None else round(at - self.job_start, 1)
+
+    def to_dict(self) -> dict:
+        return {
+            "job_start": dt.datetime.fromtimestamp(self.job_start).astimezone().isoformat(timespec="seconds"),
+            "first_generation_s": self.first_generation_s(),
+            "phases": self.phases(),
+            "engine": dict(self.engine),
+            "not_seen": [p for p in PHASE_NAMES if p not in self.marks and p != "checkpoint_load"],
+        }
+
+
+def _local_epoch(text: str, fraction_ms: str = "0") -> float:
+    return dt.datetime.strptime(text, "%Y-%m-%d %H:%M:%S").timestamp() + int(fraction_ms) / 1000.0
+
+
+def line_time(message: str, year: int, month: int = 6) -> float | None:
+    """The epoch time a log message (actor prefix removed) carries, or None.
+
+    vLLM's stamps have no year: the job's `year` and `month` place it (a December stamp in a job
+    started in January is from the year before, a January stamp in a December job the year after).
+    """
+    if m := _TS_VERL.match(message):
+        return _local_epoch(m.group(1), m.group(2))
+    if m := _TS_RAY.match(message):
+        return _local_epoch(m.group(1), m.group(2))
+    if m := _TS_VLLM.match(message):
+        stamp_month = int(m.group(1))
+        y = year - 1 if stamp_month - month > 6 else year + 1 if month - stamp_month > 6 else year
+        return _local_epoch(f"{y}-{m.group(1)}-{m.group(2)} {m.group(3)}")
+    return None
+
+
+def split_actor(line: str) -> tuple[str | None, int | None, str]:
+    """``(actor class or '' for a bare ``(pid=N)``, pid, message)`` of one Ray-prefixed line;
+    ``(None, None, line)`` for a line the trainer's own process printed."""
+    m = _ACTOR.match(line)
+    if not m:
+        return None, None, line
+    return m.group("actor"), int(m.group("pid")), line[m.end() :]
+
+
+def parse_lines(lines: Iterable[str], job_start: float, stop_at_first_generation: bool = True) -> Timeline:
+    """The trainer-side marks of :data:`PHASES` found in `lines` (the trainer log's lines).
+
+    The rollout server's marks are taken from its own process: its pid is the ``vLLMHttpServer``
+    actor's, and its first stamped line, bare ``(pid=N)`` ones included, is ``rollout_spawn``.
+    """
+    start = dt.datetime.fromtimestamp(job_start)
+    tl = Timeline(job_start=job_start)
+    pending: dict[int, float] = {}  # pid -> first stamped time of a bare (pid=N) line
+    server_pid: int | None = None
+    for raw in lines:
+        line = raw.rstrip("\n")
+        actor, pid, msg = split_actor(line)
+        sub = _SUB.match(msg)
+        inner = msg[sub.end() :] if sub else msg
+        t = line_time(inner, start.year, start.month)
+        if actor == "vLLMHttpServer" and server_pid is None:
+            server_pid = pid
+            first = pending.get(pid, t)
+            if first is not None:
+                tl.marks["rollout_spawn"] = first
+        if t is None:
+            continue
+        if actor == "" and pid is not None:
+            pending.setdefault(pid, t)
+        for phase, _, rx in _MARKS:
+            if phase not in tl.marks and rx.search(inner):
+                tl.marks[phase] = t
+        if actor == "vLLMHttpServer":
+            if "rollout_spawn" not in tl.marks:
+                tl.marks["rollout_spawn"] = t
+            if "engine_start" not in tl.marks and _ENGINE_START.search(inner):
+                tl.marks["engine_start"] = t
+            if "engine_ready" not in tl.marks and _ENGINE_READY.search(inner):
+                tl.marks["engine_ready"] = t
+            for key, rx in _ENGINE_FIGURES:
+                if key not in tl.engine and (m := rx.search(inner)):
+                    tl.engine[key] = float(m.group(1))
+            if "compile_cache" not in tl.engine:
+                if _CACHE_HIT.search(inner):
+                    tl.engine["compile_cache"] = "hit"
+                elif _CACHE_OFF.search(inner):
+                    tl.engine["compile_cache"] = "off"
+                elif _CACHE_MISS.search(inner):
+                    tl.engine["compile_cache"] = "miss"
+            if "first_generation" not in tl.marks and _FIRST_REQUEST.search(inner) and "engine_ready" in tl.marks:
+                tl.marks["first_generation"] = t
+                if stop_at_first_generation:
+                    break
+    return tl
+
+
+def build(attempt_dir: Path, job_start: float, driver_timings: dict[str, float]) -> Timeline:
+    """The attempt's timeline from the driver's timings (``ray_ready_s``, ``trainer_launched_s``:
+    seconds after job start) and its ``trainer.log`` (absent: driver marks only)."""
+    log = Path(attempt_dir) / "trainer.log"
+    if log.exists():
+        with log.open(errors="replace") as fh:
+            tl = parse_lines(fh, job_start)
+    else:
+        tl = Timeline(job_start=job_start)
+    for phase, key in (("ray_ready", "ray_ready_s"), ("trainer_launched", "trainer_launched_s")):
+        if driver_timings.get(key) is not None:
+            tl.marks[phase] = job_start + float(driver_timings[key])
+            tl.sources[phase] = "driver"
+    return tl
+
+
+def write(attempt_dir: Path, job_start: float, driver_timings: dict[str, float]) -> dict:
+    """Build the timeline (:func:`build`) and write ``<attempt_dir>/startup.json``; returns it."""
+    data = build(attempt_dir, job_start, driver_timings).to_dict()
+    write_json_atomic(Path(attempt_dir) / STARTUP_FILE, data)
+    return data
+
+
+def read(attempt_dir: Path) -> dict | None:
+    """``startup.json`` of an attempt, or None when absent or not JSON."""
+    path = Path(attempt_dir) / STARTUP_FILE
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def one_line(data: dict | None) -> str:
+    """``start-up 476 s to first generation: ray 12 | verl import 19 | ...`` (empty without data);
+    a timeline that did not reach the first request says how far it got."""
+    if not data or not data.get("phases"):
+        return ""
+    parts = " | ".join(f"{LABELS.get(p['phase'], p['phase'])} {p['took_s']:.0f}" for p in data["phases"])
+    first = data.get("first_generation_s")
+    head = f"start-up {first:.0f} s to first generation" if first is not None else "start-up (no generation yet)"
+    eng = data.get("engine") or {}
+    extra = f" [compile cache {eng['compile_cache']}]" if eng.get("compile_cache") else ""
+    return f"{head}: {parts}{extra}"

@@ -1,0 +1,130 @@
+"""The start-up timeline (grpokit.runtime.startup) read from real log lines.
+
+tests/data/startup/trainer_first.log and trainer_resume.log are excerpts (the marked lines and some
+neighbours, cut at 400 characters) of the trainer logs of the H200 full-shape bench at commit
+c9bf84e (verl 0.9.1, vLLM 0.24.0, Ray 2.60; the first attempt started 2026-12-01 23:34:44, the
+resumed one 23:53:07, both in UTC). Their marks were checked by hand against the whole logs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from grpokit.runtime import startup
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "startup"
+
+
+@pytest.fixture(autouse=True)
+def _utc(monkeypatch):
+    monkeypatch.setenv("TZ", "UTC")  # the logs' stamps are the GPU host's local time: UTC
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def _epoch(*args) -> float:
+    return dt.datetime(*args).timestamp()
+
+
+def test_first_attempt_phases_from_the_driver_and_the_trainer_log(tmp_path: Path) -> None:
+    (tmp_path / "trainer.log").write_text((DATA / "trainer_first.log").read_text())
+    job_start = _epoch(2026, 12, 1, 23, 34, 44, 400000)
+    data = startup.write(tmp_path, job_start, {"ray_ready_s": 12.31, "trainer_launched_s": 12.4})
+    assert json.loads((tmp_path / "startup.json").read_text()) == data
+    at = {p["phase"]: p["at_s"] for p in data["phases"]}
+    took = {p["phase"]: p["took_s"] for p in data["phases"]}
+    # driver marks
+    assert (at["ray_ready"], at["trainer_launched"]) == (12.3, 12.4)
+    assert data["phases"][0]["source"] == "driver"
+    # verl's and Ray's stamped lines (sub-second): Connected 23:35:16.023, dataloader 23:36:16.407,
+    # create worker group 23:36:19.591, actor and ref 23:37:13.947, checkpoint engine 23:42:03.824
+    assert at["verl_import"] == pytest.approx(31.6, abs=0.1)
+    assert took["dataset"] == pytest.approx(60.4, abs=0.1)
+    assert took["worker_group"] == pytest.approx(3.2, abs=0.1)
+    assert took["actor_ref"] == pytest.approx(54.4, abs=0.1)
+    # vLLM's (1-s stamps): the rollout server's process (pid 3701) first speaks at 23:37:49 as a
+    # bare (pid=3701) line, spawns the engine core at 23:38:27, the API router is up at 23:42:01
+    assert at["rollout_spawn"] == pytest.approx(184.6, abs=0.1)
+    assert at["engine_start"] == pytest.approx(222.6, abs=0.1)
+    assert took["engine_ready"] == pytest.approx(214.0, abs=0.1)
+    assert took["weight_sync"] == pytest.approx(2.8, abs=0.1)
+    # the first generation request reaches vLLM at 23:42:40
+    assert data["first_generation_s"] == pytest.approx(475.6, abs=0.1)
+    assert data["not_seen"] == []
+    # phases follow each other: the durations add up to the first request's time
+    assert sum(took.values()) == pytest.approx(data["first_generation_s"], abs=0.5)
+    line = startup.one_line(data)
+    assert line.startswith("start-up 476 s to first generation: ray 12 | launch 0 | verl import 19")
+    assert "engine 214" in line and "first request 36" in line
+
+
+def test_resumed_attempt_has_its_checkpoint_load_and_a_shorter_engine_start() -> None:
+    with (DATA / "trainer_resume.log").open() as fh:
+        tl = startup.parse_lines(fh, _epoch(2026, 12, 1, 23, 53, 7, 100000))
+    data = tl.to_dict()
+    took = {p["phase"]: p["took_s"] for p in data["phases"]}
+    # "Resuming from ... global_step_4" 23:57:34.596 -> "all initialize finished" 23:57:40.919
+    assert took["checkpoint_load"] == pytest.approx(6.6, abs=0.1)
+    assert took["engine_ready"] == pytest.approx(83.0, abs=0.1)  # 23:56:08 -> 23:57:31
+    assert data["first_generation_s"] == pytest.approx(310.9, abs=0.1)  # 23:58:18
+    assert "ray_ready" in data["not_seen"]  # no driver marks given: named, not guessed
+
+
+def test_a_log_cut_before_the_engine_names_what_it_did_not_see(tmp_path: Path) -> None:
+    lines = (DATA / "trainer_first.log").read_text().splitlines(keepends=True)
+    cut = [ln for ln in lines if "vLLMHttpServer" not in ln and "pid=3701" not in ln][:12]
+    (tmp_path / "trainer.log").write_text("".join(cut))
+    data = startup.write(tmp_path, _epoch(2026, 12, 1, 23, 34, 44), {"trainer_launched_s": 12.4})
+    assert data["first_generation_s"] is None
+    assert {"rollout_spawn", "engine_ready", "first_generation", "ray_ready"} <= set(data["not_seen"])
+    assert startup.one_line(data).startswith("start-up (no generation yet): launch 12 | verl import 20")
+
+
+def test_vllm_info_lines_give_the_engines_own_figures() -> None:
+    # vLLM 0.24.0's INFO formats (gpu_model_runner.py, monitor.py, gpu_worker.py, core.py, backends.py)
+    pre = "\x1b[36m(vLLMHttpServer pid=7)\x1b[0m "
+    lines = [
+        pre + "WARNING 12-01 10:00:00 [system_utils.py:157] We must use the `spawn` multiprocessing start method.",
+        pre + "(EngineCore pid=8) INFO 12-01 10:00:20 [backends.py:293] Directly load the compiled graph(s) for "
+        "compile range (1, 16384) from the cache, took 1.62 s",
+        pre + "(EngineCore pid=8) INFO 12-01 10:00:21 [gpu_model_runner.py:5256] Model loading took 1.6 GiB "
+        "memory and 2.500000 seconds",
+        pre + "(EngineCore pid=8) INFO 12-01 10:00:25 [monitor.py:20] torch.compile took 4.10 s in total",
+        pre + "(EngineCore pid=8) INFO 12-01 10:00:26 [gpu_worker.py:509] Available KV cache memory: 30.5 GiB",
+        pre + "(EngineCore pid=8) INFO 12-01 10:00:30 [gpu_model_runner.py:6657] Graph capturing finished in 3 "
+        "secs, took 0.40 GiB",
+        pre + "(EngineCore pid=8) INFO 12-01 10:00:31 [core.py:345] init engine (profile, create kv cache, warmup "
+        "model) took 11.02 s (compilation: 4.10 s)",
+        pre + "WARNING 12-01 10:00:33 [api_router.py:30] LoRA dynamic loading & unloading is enabled",
+    ]
+    tl = startup.parse_lines(lines, _epoch(2026, 12, 1, 9, 59, 0))
+    assert tl.engine == {
+        "compile_cache": "hit",
+        "weights_s": 2.5,
+        "compile_s": 4.1,
+        "kv_cache_gib": 30.5,
+        "cuda_graphs_s": 3.0,
+        "init_engine_s": 11.02,
+    }
+    assert tl.marks["engine_ready"] - tl.marks["engine_start"] == 33
+    assert "[compile cache hit]" in startup.one_line(tl.to_dict())
+
+
+def test_a_vllm_stamp_without_year_is_placed_next_to_the_job_start() -> None:
+    # a job started on 31 December, an engine line stamped 1 January: the year after
+    t = startup.line_time("INFO 01-01 00:00:05 [core.py:1] x", 2026, 12)
+    assert t == _epoch(2027, 1, 1, 0, 0, 5)
+    assert startup.line_time("INFO 12-31 23:59:59 [core.py:1] x", 2027, 1) == _epoch(2026, 12, 31, 23, 59, 59)
+    assert startup.line_time("no stamp here", 2026, 12) is None
+
+
+def test_the_kit_asks_for_vllms_info_lines_unless_the_user_set_a_level() -> None:
+    assert startup.environment({}) == {"VLLM_LOGGING_LEVEL": "INFO"}
+    assert startup.environment({"VLLM_LOGGING_LEVEL": "DEBUG"}) == {}

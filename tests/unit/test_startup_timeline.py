@@ -57,12 +57,44 @@ def test_first_attempt_phases_from_the_driver_and_the_trainer_log(tmp_path: Path
     assert took["weight_sync"] == pytest.approx(2.8, abs=0.1)
     # the first generation request reaches vLLM at 23:42:40
     assert data["first_generation_s"] == pytest.approx(475.6, abs=0.1)
-    assert data["not_seen"] == []
+    # without the driver's arrival record the unstamped marks are named, not guessed
+    assert data["not_seen"] == ["task_runner", "tokenizer", "engine_compiled"]
     # phases follow each other: the durations add up to the first request's time
     assert sum(took.values()) == pytest.approx(data["first_generation_s"], abs=0.5)
     line = startup.one_line(data)
     assert line.startswith("start-up 476 s to first generation: ray 12 | launch 0 | verl import 19")
-    assert "engine 214" in line and "first request 36" in line
+    assert "engine up 214" in line and "first request 36" in line
+
+
+def test_unstamped_lines_take_the_time_the_log_first_held_them(tmp_path: Path) -> None:
+    raw = (DATA / "trainer_first.log").read_bytes()
+    (tmp_path / "trainer.log").write_bytes(raw)
+    job_start = _epoch(2026, 12, 1, 23, 34, 44, 400000)
+    ends, pos = [], 0
+    for ln in raw.splitlines(keepends=True):
+        pos += len(ln)
+        ends.append((pos, ln))
+    # the driver's polls: the log grew to the end of line i at job start + 100 + i seconds,
+    # two lines at a time (a poll sees several lines arrive together)
+    arrivals = startup.Arrivals()
+    for i, (end, _) in enumerate(ends):
+        if i % 2 == 1 or i == len(ends) - 1:
+            arrivals.observe(end, job_start + 100 + i)
+    arrivals.observe(ends[0][0], job_start)  # not growing: ignored
+    data = startup.write(tmp_path, job_start, {"trainer_launched_s": 12.4}, arrivals)
+    at = {p["phase"]: p["at_s"] for p in data["phases"]}
+    src = {p["phase"]: p["source"] for p in data["phases"]}
+    first_task_runner = next(i for i, (_, ln) in enumerate(ends) if b"TaskRunnerV1" in ln)
+    first_dataset = next(i for i, (_, ln) in enumerate(ends) if b"Using dataset class" in ln)
+    first_graphs = next(i for i, (_, ln) in enumerate(ends) if b"Capturing CUDA graphs" in ln)
+    assert at["task_runner"] == pytest.approx(100 + first_task_runner + (1 - first_task_runner % 2))
+    assert at["tokenizer"] == pytest.approx(100 + first_dataset + (1 - first_dataset % 2))
+    assert at["engine_compiled"] == pytest.approx(100 + first_graphs + (1 - first_graphs % 2))
+    assert src["task_runner"] == src["tokenizer"] == src["engine_compiled"] == "arrival"
+    assert src["dataset"] == "trainer.log"  # a stamped line keeps its own time
+    # the record is kept beside the log, and a later build reads it back
+    assert startup.Arrivals.read(tmp_path / "trainer.log.arrivals").sizes == arrivals.sizes
+    assert startup.build(tmp_path, job_start, {}).marks["tokenizer"] == job_start + at["tokenizer"]
 
 
 def test_resumed_attempt_has_its_checkpoint_load_and_a_shorter_engine_start() -> None:

@@ -101,6 +101,7 @@ class Driver:
         self.stacks_dir: Path | None = None  # faulthandler files of the trainer's processes (watchdog)
         self.timings: dict[str, float] = {}
         self.marks: dict[str, float] = {}  # seconds after job start (startup.json's driver marks)
+        self.arrivals = startup.Arrivals()  # when the trainer log grew, until its first step
         self.t0 = time.monotonic()
         self.t0_wall = time.time()  # job start on the log lines' clock (startup.json)
         self._log = JobLog()
@@ -443,14 +444,16 @@ class Driver:
             alive=lambda: proc.poll() is None,
             force_stop=lambda: proc.stop(self.grace_s),
         )
-        metrics = AttemptFolder(attempt_dir).metrics
+        metrics, trainer_log = AttemptFolder(attempt_dir).metrics, AttemptFolder(attempt_dir).trainer_log
         timeline_written = False
         while True:
             rc = proc.poll()
             if rc is not None:
                 return rc
-            if not timeline_written and metrics.exists() and metrics.stat().st_size > 0:
-                timeline_written = self._write_startup()  # at the first step: readable while it runs
+            if not timeline_written:  # until the first step: when each line of the log arrived
+                self._observe_log(trainer_log)
+                if metrics.exists() and metrics.stat().st_size > 0:
+                    timeline_written = self._write_startup()  # readable while the point runs
             if self.stop_signal is not None:
                 # On SIGTERM Slurm signals every process of the job: deaths are expected now.
                 if self.stop is not None and self.stop.overdue(self.parts.clock()):
@@ -533,12 +536,18 @@ class Driver:
         if self.cluster is not None:
             self.cluster.stop(self.grace_s)
 
+    def _observe_log(self, path: Path) -> None:
+        try:
+            self.arrivals.observe(path.stat().st_size, time.time())
+        except OSError:
+            pass  # not created yet
+
     def _write_startup(self) -> bool:
         """``attempts/<k>/startup.json`` (:mod:`grpokit.runtime.startup`); never fails the attempt."""
         if self.attempt_dir is None:
             return False
         try:
-            startup.write(self.attempt_dir, self.t0_wall, self.marks)
+            startup.write(self.attempt_dir, self.t0_wall, self.marks, self.arrivals)
             return True
         except Exception:
             log.exception("could not write the start-up timeline")

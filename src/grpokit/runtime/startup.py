@@ -18,10 +18,17 @@ difference. Written as ``attempts/<k>/startup.json`` (:func:`write`) by the driv
 
 ``at_s`` is seconds after job start. The log's times are the node's local time, read with this
 process's time zone (the driver runs on the trainer's node).
+
+Many of the lines that matter carry no stamp (the task runner's prints, vLLM's CUDA-graph progress
+bars). The driver watches the log's size while the trainer starts (every poll, 0.5 s) and keeps
+when each size was first seen (:class:`Arrivals`, written beside the log as
+``trainer.log.arrivals``: ``<bytes> <epoch s>`` a line); such a line's time is when the log first
+held it (source ``arrival``: Ray forwards a worker's output within about a second).
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import datetime as dt
 import json
@@ -41,17 +48,21 @@ def environment(current: dict[str, str]) -> dict[str, str]:
     """:data:`LOG_VARS` not already set in `current` (the job's environment)."""
     return {k: v for k, v in LOG_VARS.items() if current.get(k) is None}
 
+
 #: (phase, what it covers) in start-up order; the driver's three first, then the trainer's.
 PHASES: tuple[tuple[str, str], ...] = (
     ("ray_ready", "job start -> the job's Ray cluster ready (kit)"),
     ("trainer_launched", "Ray ready -> verl's trainer process started (kit)"),
     ("verl_import", "python start, verl import, ray.init (verl)"),
-    ("dataset", "task runner, tokenizer, dataset load and filter (verl)"),
+    ("task_runner", "verl's task runner actor started, verl imported in it (verl, Ray)"),
+    ("tokenizer", "config checked and printed, tokenizer loaded (verl)"),
+    ("dataset", "datasets loaded, tokenized and filtered, dataloaders (verl)"),
     ("worker_group", "worker group created (verl, Ray actors)"),
     ("actor_ref", "FSDP actor and reference model built (verl)"),
     ("rollout_spawn", "rollout server actor started, vLLM imported (verl, vLLM)"),
     ("engine_start", "vLLM engine arguments read, engine core process spawned (vLLM)"),
-    ("engine_ready", "vLLM engine: weights, compile, KV cache, CUDA graphs, API server (vLLM)"),
+    ("engine_compiled", "vLLM engine: weights, torch.compile, memory profile, KV cache (vLLM)"),
+    ("engine_ready", "vLLM engine: CUDA graphs, API server up (vLLM)"),
     ("weight_sync", "checkpoint engine / weight sync set up (verl)"),
     ("checkpoint_load", "checkpoint loaded (a resumed attempt), ready to fit (verl)"),
     ("first_generation", "agent loop workers started, first generation request at vLLM (verl)"),
@@ -63,12 +74,15 @@ LABELS = {
     "ray_ready": "ray",
     "trainer_launched": "launch",
     "verl_import": "verl import",
+    "task_runner": "task runner",
+    "tokenizer": "tokenizer",
     "dataset": "dataset",
     "worker_group": "workers",
     "actor_ref": "actor+ref",
     "rollout_spawn": "rollout spawn",
     "engine_start": "engine proc",
-    "engine_ready": "engine",
+    "engine_compiled": "engine load+compile",
+    "engine_ready": "engine up",
     "weight_sync": "weight sync",
     "checkpoint_load": "ckpt load",
     "first_generation": "first request",
@@ -91,6 +105,11 @@ _MARKS: tuple[tuple[str, str | None, re.Pattern], ...] = (
 )
 # the engine core process is spawned (WARNING, always shown in a Ray actor) / starts (INFO)
 _ENGINE_START = re.compile(r"We must use the `spawn` multiprocessing start method|Initializing a V1 LLM engine")
+_ARRIVAL_MARKS: tuple[tuple[str, str, re.Pattern], ...] = (
+    ("task_runner", "TaskRunner", re.compile(r"")),
+    ("tokenizer", "TaskRunner", re.compile(r"^Using dataset class")),
+)
+_GRAPHS_START = re.compile(r"Capturing CUDA graphs|Graph capturing finished")
 _ENGINE_READY = re.compile(r"\[api_router\.py|Starting vLLM server on|Application startup complete")
 _FIRST_REQUEST = re.compile(r"\[input_processor\.py|Added request|Received request")
 # vLLM 0.24's INFO lines (vllm/model_executor/model_loader, vllm/compilation, vllm/v1/worker, vllm/v1/engine)
@@ -104,6 +123,40 @@ _ENGINE_FIGURES: tuple[tuple[str, re.Pattern], ...] = (
 _CACHE_HIT = re.compile(r"Directly load the compiled graph")
 _CACHE_OFF = re.compile(r"torch\.compile cache is disabled")
 _CACHE_MISS = re.compile(r"Compiling a graph for|Cache the graph of")
+
+
+class Arrivals:
+    """When the trainer log first held each size: sizes (bytes, growing) and epoch times."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+        self.times: list[float] = []
+
+    def observe(self, size: int, t: float) -> None:
+        """Record that the log held `size` bytes at epoch `t` (ignored unless it grew)."""
+        if not self.sizes or size > self.sizes[-1]:
+            self.sizes.append(size)
+            self.times.append(t)
+
+    def time_of(self, end_offset: int) -> float | None:
+        """The first time the log held `end_offset` bytes (a line ending there); None: not seen."""
+        i = bisect.bisect_left(self.sizes, end_offset)
+        return self.times[i] if i < len(self.sizes) else None
+
+    def write(self, path: Path) -> None:
+        Path(path).write_text("".join(f"{n} {t:.3f}\n" for n, t in zip(self.sizes, self.times, strict=True)))
+
+    @classmethod
+    def read(cls, path: Path) -> Arrivals | None:
+        """The pairs :meth:`write` wrote, or None when the file is absent or unreadable."""
+        out = cls()
+        try:
+            for ln in Path(path).read_text().splitlines():
+                n, t = ln.split()
+                out.observe(int(n), float(t))
+        except (OSError, ValueError):
+            return None
+        return out
 
 
 @dataclasses.dataclass
@@ -127,7 +180,7 @@ class Timeline:
                     "phase": name,
                     "what": _WHAT[name],
                     "at_s": round(at - self.job_start, 1),
-                    "took_s": round(at - prev, 1),
+                    "took_s": round(max(0.0, at - prev), 1),
                     "source": self.sources.get(name, "trainer.log"),
                 }
             )
@@ -178,8 +231,14 @@ def split_actor(line: str) -> tuple[str | None, int | None, str]:
     return m.group("actor"), int(m.group("pid")), line[m.end() :]
 
 
-def parse_lines(lines: Iterable[str], job_start: float, stop_at_first_generation: bool = True) -> Timeline:
-    """The trainer-side marks of :data:`PHASES` found in `lines` (the trainer log's lines).
+def parse_lines(
+    lines: Iterable[str | bytes],
+    job_start: float,
+    stop_at_first_generation: bool = True,
+    arrivals: Arrivals | None = None,
+) -> Timeline:
+    """The trainer-side marks of :data:`PHASES` found in `lines` (the trainer log's lines, as read
+    from the file: bytes give exact offsets for `arrivals`, the unstamped lines' times).
 
     The rollout server's marks are taken from its own process: its pid is the ``vLLMHttpServer``
     actor's, and its first stamped line, bare ``(pid=N)`` ones included, is ``rollout_spawn``.
@@ -188,12 +247,27 @@ def parse_lines(lines: Iterable[str], job_start: float, stop_at_first_generation
     tl = Timeline(job_start=job_start)
     pending: dict[int, float] = {}  # pid -> first stamped time of a bare (pid=N) line
     server_pid: int | None = None
+    offset = 0
     for raw in lines:
+        if isinstance(raw, bytes):
+            offset += len(raw)
+            raw = raw.decode("utf-8", errors="replace")
+        else:
+            offset += len(raw.encode("utf-8", errors="replace"))
         line = raw.rstrip("\n")
         actor, pid, msg = split_actor(line)
         sub = _SUB.match(msg)
         inner = msg[sub.end() :] if sub else msg
         t = line_time(inner, start.year, start.month)
+        arrived = arrivals.time_of(offset) if arrivals is not None else None
+        if arrived is not None and actor:
+            for phase, who, rx in _ARRIVAL_MARKS:
+                if phase not in tl.marks and actor.startswith(who) and rx.search(inner):
+                    tl.marks[phase] = arrived
+                    tl.sources[phase] = "arrival"
+            if actor == "vLLMHttpServer" and "engine_compiled" not in tl.marks and _GRAPHS_START.search(inner):
+                tl.marks["engine_compiled"] = arrived if t is None else t
+                tl.sources["engine_compiled"] = "arrival" if t is None else "trainer.log"
         if actor == "vLLMHttpServer" and server_pid is None:
             server_pid = pid
             first = pending.get(pid, t)
@@ -230,13 +304,21 @@ def parse_lines(lines: Iterable[str], job_start: float, stop_at_first_generation
     return tl
 
 
-def build(attempt_dir: Path, job_start: float, driver_timings: dict[str, float]) -> Timeline:
+ARRIVALS_FILE = "trainer.log.arrivals"
+
+
+def build(
+    attempt_dir: Path, job_start: float, driver_timings: dict[str, float], arrivals: Arrivals | None = None
+) -> Timeline:
     """The attempt's timeline from the driver's timings (``ray_ready_s``, ``trainer_launched_s``:
-    seconds after job start) and its ``trainer.log`` (absent: driver marks only)."""
+    seconds after job start) and its ``trainer.log`` (absent: driver marks only); `arrivals`
+    default to ``trainer.log.arrivals`` when there is one."""
     log = Path(attempt_dir) / "trainer.log"
+    if arrivals is None:
+        arrivals = Arrivals.read(Path(attempt_dir) / ARRIVALS_FILE)
     if log.exists():
-        with log.open(errors="replace") as fh:
-            tl = parse_lines(fh, job_start)
+        with log.open("rb") as fh:
+            tl = parse_lines(fh, job_start, arrivals=arrivals)
     else:
         tl = Timeline(job_start=job_start)
     for phase, key in (("ray_ready", "ray_ready_s"), ("trainer_launched", "trainer_launched_s")):
@@ -246,9 +328,14 @@ def build(attempt_dir: Path, job_start: float, driver_timings: dict[str, float])
     return tl
 
 
-def write(attempt_dir: Path, job_start: float, driver_timings: dict[str, float]) -> dict:
-    """Build the timeline (:func:`build`) and write ``<attempt_dir>/startup.json``; returns it."""
-    data = build(attempt_dir, job_start, driver_timings).to_dict()
+def write(
+    attempt_dir: Path, job_start: float, driver_timings: dict[str, float], arrivals: Arrivals | None = None
+) -> dict:
+    """Build the timeline (:func:`build`) and write ``<attempt_dir>/startup.json`` (and the
+    `arrivals` given, ``trainer.log.arrivals``); returns it."""
+    if arrivals is not None and arrivals.sizes:
+        arrivals.write(Path(attempt_dir) / ARRIVALS_FILE)
+    data = build(attempt_dir, job_start, driver_timings, arrivals).to_dict()
     write_json_atomic(Path(attempt_dir) / STARTUP_FILE, data)
     return data
 

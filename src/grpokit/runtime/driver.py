@@ -32,6 +32,7 @@ in-process stand-ins (``tests/unit/test_driver_lifecycle.py``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -537,10 +538,8 @@ class Driver:
             self.cluster.stop(self.grace_s)
 
     def _observe_log(self, path: Path) -> None:
-        try:
+        with contextlib.suppress(OSError):  # not created yet
             self.arrivals.observe(path.stat().st_size, time.time())
-        except OSError:
-            pass  # not created yet
 
     def _write_startup(self) -> bool:
         """``attempts/<k>/startup.json`` (:mod:`grpokit.runtime.startup`); never fails the attempt."""

@@ -168,6 +168,6 @@ for profile in $PROFILES; do
     fi
 done
 for pid in "${pids[@]}"; do wait "$pid" || true; done
-wait || true
+# (no bare `wait`: the GPU memory sampler above runs until $W/done exists)
 touch "$W/done"
 table | tee "$W/table.md"

@@ -119,34 +119,60 @@ def test_a_log_cut_before_the_engine_names_what_it_did_not_see(tmp_path: Path) -
     assert startup.one_line(data).startswith("start-up (no generation yet): launch 12 | verl import 20")
 
 
-def test_vllm_info_lines_give_the_engines_own_figures() -> None:
-    # vLLM 0.24.0's INFO formats (gpu_model_runner.py, monitor.py, gpu_worker.py, core.py, backends.py)
-    pre = "\x1b[36m(vLLMHttpServer pid=7)\x1b[0m "
-    lines = [
-        pre + "WARNING 12-01 10:00:00 [system_utils.py:157] We must use the `spawn` multiprocessing start method.",
-        pre + "(EngineCore pid=8) INFO 12-01 10:00:20 [backends.py:293] Directly load the compiled graph(s) for "
-        "compile range (1, 16384) from the cache, took 1.62 s",
-        pre + "(EngineCore pid=8) INFO 12-01 10:00:21 [gpu_model_runner.py:5256] Model loading took 1.6 GiB "
-        "memory and 2.500000 seconds",
-        pre + "(EngineCore pid=8) INFO 12-01 10:00:25 [monitor.py:20] torch.compile took 4.10 s in total",
-        pre + "(EngineCore pid=8) INFO 12-01 10:00:26 [gpu_worker.py:509] Available KV cache memory: 30.5 GiB",
-        pre + "(EngineCore pid=8) INFO 12-01 10:00:30 [gpu_model_runner.py:6657] Graph capturing finished in 3 "
-        "secs, took 0.40 GiB",
-        pre + "(EngineCore pid=8) INFO 12-01 10:00:31 [core.py:345] init engine (profile, create kv cache, warmup "
-        "model) took 11.02 s (compilation: 4.10 s)",
-        pre + "WARNING 12-01 10:00:33 [api_router.py:30] LoRA dynamic loading & unloading is enabled",
-    ]
-    tl = startup.parse_lines(lines, _epoch(2026, 12, 1, 9, 59, 0))
-    assert tl.engine == {
-        "compile_cache": "hit",
-        "weights_s": 2.5,
-        "compile_s": 4.1,
-        "kv_cache_gib": 30.5,
-        "cuda_graphs_s": 3.0,
-        "init_engine_s": 11.02,
-    }
-    assert tl.marks["engine_ready"] - tl.marks["engine_start"] == 33
-    assert "[compile cache hit]" in startup.one_line(tl.to_dict())
+@pytest.mark.parametrize(
+    ("name", "figures", "engine_s"),
+    [
+        # cold: vLLM compiles (22.19 s) and its first forward pass JIT-compiles the Triton kernels (48.88 s)
+        (
+            "first",
+            {
+                "compile_cache": "miss",
+                "weights_s": 0.348833,
+                "compile_s": 22.19,
+                "profile_run_s": 48.88,
+                "kv_cache_gib": 39.65,
+                "cuda_graphs_s": 2.0,
+                "init_engine_s": 81.65,
+            },
+            109,  # 07:33:27 engine core spawned -> 07:35:16 API router up
+        ),
+        # resumed with the kit's caches: vLLM loads its compiled graph, Triton's kernels are cached
+        (
+            "resume",
+            {
+                "compile_cache": "hit",
+                "weights_s": 0.354103,
+                "compile_s": 2.27,
+                "profile_run_s": 0.26,
+                "kv_cache_gib": 39.71,
+                "cuda_graphs_s": 1.0,
+                "init_engine_s": 5.34,
+            },
+            None,
+        ),
+        # resumed with VLLM_DISABLE_COMPILE_CACHE=1 (verl's default): compiled again, 13.17 s
+        (
+            "resume_off",
+            {
+                "compile_cache": "off",
+                "weights_s": 0.293547,
+                "compile_s": 13.17,
+                "kv_cache_gib": 39.65,
+                "cuda_graphs_s": 1.0,
+                "init_engine_s": 16.8,
+            },
+            None,
+        ),
+    ],
+)
+def test_vllm_info_lines_give_the_engines_own_figures(name, figures, engine_s) -> None:
+    # excerpts of the H200 bench at bcffbfa (2026-12-03; VLLM_LOGGING_LEVEL=INFO set by the kit)
+    with (DATA / f"engine_{name}.log").open("rb") as fh:
+        tl = startup.parse_lines(fh, _epoch(2026, 12, 3, 7, 31, 46))
+    assert tl.engine == figures
+    if engine_s is not None:
+        assert tl.marks["engine_ready"] - tl.marks["engine_start"] == engine_s
+    assert f"[compile cache {figures['compile_cache']}]" in startup.one_line(tl.to_dict())
 
 
 def test_a_vllm_stamp_without_year_is_placed_next_to_the_job_start() -> None:

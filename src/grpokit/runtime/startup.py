@@ -12,8 +12,9 @@ difference. Written as ``attempts/<k>/startup.json`` (:func:`write`) by the driv
 
     {"job_start": iso8601, "first_generation_s": float | null,
      "phases": [{"phase": str, "what": str, "at_s": float, "took_s": float, "source": str}],
-     "engine": {"weights_s", "compile_s", "compile_cache", "cuda_graphs_s", "kv_cache_gib",
-                "init_engine_s"} (the vLLM figures its INFO lines give, absent ones left out),
+     "engine": {"weights_s", "compile_s", "compile_cache": "hit" | "miss" | "off", "profile_run_s",
+                "cuda_graphs_s", "kv_cache_gib", "init_engine_s"} (vLLM's own figures, from its INFO
+                lines; absent ones left out),
      "not_seen": [phase]}
 
 ``at_s`` is seconds after job start. The log's times are the node's local time, read with this
@@ -115,7 +116,8 @@ _FIRST_REQUEST = re.compile(r"\[input_processor\.py|Added request|Received reque
 # vLLM 0.24's INFO lines (vllm/model_executor/model_loader, vllm/compilation, vllm/v1/worker, vllm/v1/engine)
 _ENGINE_FIGURES: tuple[tuple[str, re.Pattern], ...] = (
     ("weights_s", re.compile(r"Model loading took [\d.]+ GiB (?:memory )?and ([\d.]+) seconds")),
-    ("compile_s", re.compile(r"torch\.compile (?:takes|took) ([\d.]+) s in total")),
+    ("compile_s", re.compile(r"torch\.compile (?:takes|took) ([\d.]+) s in total|\(compilation: ([\d.]+) s")),
+    ("profile_run_s", re.compile(r"Initial profiling/warmup run took ([\d.]+) s")),
     ("cuda_graphs_s", re.compile(r"Graph capturing finished in ([\d.]+) secs")),
     ("kv_cache_gib", re.compile(r"Available KV cache memory: ([\d.]+) GiB")),
     ("init_engine_s", re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")),
@@ -289,7 +291,7 @@ def parse_lines(
                 tl.marks["engine_ready"] = t
             for key, rx in _ENGINE_FIGURES:
                 if key not in tl.engine and (m := rx.search(inner)):
-                    tl.engine[key] = float(m.group(1))
+                    tl.engine[key] = float(next(g for g in m.groups() if g is not None))
             if "compile_cache" not in tl.engine:
                 if _CACHE_HIT.search(inner):
                     tl.engine["compile_cache"] = "hit"

@@ -18,7 +18,7 @@ import argparse
 import json
 from pathlib import Path
 
-from grpokit.runtime import startup as startup_timeline
+from grpokit.run_folder import startup_view as startup_timeline
 
 N_LM = 752_393_024  # Qwen3.5-0.8B language model (src/grpokit/models/tiny.py)
 PEAK_FLOPS = 790e12  # bf16 matrix rate measured on the GPU host (device notes, KINDS.md)

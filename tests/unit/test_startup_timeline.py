@@ -186,3 +186,33 @@ def test_a_vllm_stamp_without_year_is_placed_next_to_the_job_start() -> None:
 def test_the_kit_asks_for_vllms_info_lines_unless_the_user_set_a_level() -> None:
     assert startup.environment({}) == {"VLLM_LOGGING_LEVEL": "INFO"}
     assert startup.environment({"VLLM_LOGGING_LEVEL": "DEBUG"}) == {}
+
+
+def test_status_shows_the_latest_attempts_start_up(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from grpokit.reports.status_table import render_table, row_json, status_row
+    from grpokit.run_folder.sweep import Point, Sweep
+
+    run = tmp_path / "000_a"
+    for k, first in ((1, 228.0), (2, 146.0)):  # attempt 2 resumed: its own timeline is shown
+        (run / "attempts" / str(k)).mkdir(parents=True)
+        (run / "attempts" / str(k) / "startup.json").write_text(
+            json.dumps(
+                {
+                    "first_generation_s": first,
+                    "phases": [{"phase": "ray_ready", "at_s": 6.0, "took_s": 6.0}],
+                    "engine": {"compile_cache": "hit" if k == 2 else "miss"},
+                }
+            )
+        )
+    status = {"state": "running", "target_step": 4, "attempts": [{"attempt": 1}, {"attempt": 2}]}
+    point = Point(index=0, name="000_a", run_dir=run, status=status)
+    row = status_row(point, None)
+    data = row_json(row)
+    assert data["startup_s"] == 146.0
+    assert data["startup"] == "start-up 146 s to first generation: ray 6 [compile cache hit]"
+    sweep = Sweep(path=tmp_path, manifest={"sweep": "s", "points": []}, swept_keys=[], points=[point])
+    console = Console(width=200, record=True)
+    console.print(render_table(sweep, [row]))
+    assert "146 s" in console.export_text()

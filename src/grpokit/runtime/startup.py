@@ -32,14 +32,28 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import datetime as dt
-import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from grpokit.run_folder import layout
 from grpokit.run_folder.atomic import write_json_atomic
+from grpokit.run_folder.startup_view import LABELS, one_line, read
 
-STARTUP_FILE = "startup.json"
+__all__ = [  # read and one_line live with the run folder's readers; kept here for the writer's users
+    "LABELS",
+    "PHASES",
+    "Arrivals",
+    "Timeline",
+    "build",
+    "environment",
+    "one_line",
+    "parse_lines",
+    "read",
+    "write",
+]
+
+STARTUP_FILE = layout.STARTUP
 #: vLLM's INFO lines carry the engine's own figures (weights, compile, cache hit, KV cache, CUDA
 #: graphs); verl sets WARN for its workers unless the variable is set, so the kit sets INFO.
 LOG_VARS = {"VLLM_LOGGING_LEVEL": "INFO"}
@@ -70,25 +84,6 @@ PHASES: tuple[tuple[str, str], ...] = (
 )
 PHASE_NAMES = tuple(p for p, _ in PHASES)
 _WHAT = dict(PHASES)
-#: short labels for the one-line view
-LABELS = {
-    "ray_ready": "ray",
-    "trainer_launched": "launch",
-    "verl_import": "verl import",
-    "task_runner": "task runner",
-    "tokenizer": "tokenizer",
-    "dataset": "dataset",
-    "worker_group": "workers",
-    "actor_ref": "actor+ref",
-    "rollout_spawn": "rollout spawn",
-    "engine_start": "engine proc",
-    "engine_compiled": "engine load+compile",
-    "engine_ready": "engine up",
-    "weight_sync": "weight sync",
-    "checkpoint_load": "ckpt load",
-    "first_generation": "first request",
-}
-
 _ACTOR = re.compile(r"^(?:\x1b\[[0-9;]*m)?\((?P<actor>[A-Za-z0-9_]*) ?pid=(?P<pid>\d+)\)(?:\x1b\[[0-9;]*m)? ?")
 _SUB = re.compile(r"^\((?P<proc>[A-Za-z0-9_]+) pid=(?P<pid>\d+)\) ")
 _TS_VERL = re.compile(r"^(?:INFO|WARNING|ERROR|DEBUG):(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}):")
@@ -306,7 +301,7 @@ def parse_lines(
     return tl
 
 
-ARRIVALS_FILE = "trainer.log.arrivals"
+ARRIVALS_FILE = layout.STARTUP_ARRIVALS
 
 
 def build(
@@ -340,25 +335,3 @@ def write(
     data = build(attempt_dir, job_start, driver_timings, arrivals).to_dict()
     write_json_atomic(Path(attempt_dir) / STARTUP_FILE, data)
     return data
-
-
-def read(attempt_dir: Path) -> dict | None:
-    """``startup.json`` of an attempt, or None when absent or not JSON."""
-    path = Path(attempt_dir) / STARTUP_FILE
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def one_line(data: dict | None) -> str:
-    """``start-up 476 s to first generation: ray 12 | verl import 19 | ...`` (empty without data);
-    a timeline that did not reach the first request says how far it got."""
-    if not data or not data.get("phases"):
-        return ""
-    parts = " | ".join(f"{LABELS.get(p['phase'], p['phase'])} {p['took_s']:.0f}" for p in data["phases"])
-    first = data.get("first_generation_s")
-    head = f"start-up {first:.0f} s to first generation" if first is not None else "start-up (no generation yet)"
-    eng = data.get("engine") or {}
-    extra = f" [compile cache {eng['compile_cache']}]" if eng.get("compile_cache") else ""
-    return f"{head}: {parts}{extra}"

@@ -216,3 +216,10 @@ def test_status_shows_the_latest_attempts_start_up(tmp_path: Path) -> None:
     console = Console(width=200, record=True)
     console.print(render_table(sweep, [row]))
     assert "146 s" in console.export_text()
+    # report: a startup_s column and one line per point in report.md
+    from grpokit.reports.report_table import collect_report, write_tables
+
+    report = collect_report(sweep, ask_slurm=False)
+    assert report.table.loc[0, "startup_s"] == 146.0
+    _, md = write_tables(report, tmp_path / "report")
+    assert "- 000_a: start-up 146 s to first generation: ray 6 [compile cache hit]" in md.read_text()

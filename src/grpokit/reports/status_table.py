@@ -18,7 +18,6 @@ from rich.text import Text
 
 from grpokit.reports.summary import last_reward, point_reason
 from grpokit.run_folder import startup_view
-from grpokit.run_folder.layout import RunFolder
 from grpokit.run_folder.metrics import merge_attempts, val_acc_keys
 from grpokit.run_folder.point_state import point_state
 from grpokit.run_folder.status import attempt_elapsed_s
@@ -105,15 +104,8 @@ def status_row(point: Point, slurm: SlurmJobState | None, now: datetime | None =
         elapsed_s=elapsed,
         reason=point_reason(point, slurm, state),
         eta_s=eta_s(df, step, target) if state == "running" else None,
-        startup=latest_startup(point, attempts),
+        startup=startup_view.latest(point.run_dir, attempts),
     )
-
-
-def latest_startup(point: Point, attempts: list[dict]) -> dict | None:
-    """The start-up timeline of the point's latest attempt (None before one was written)."""
-    if not attempts or attempts[-1].get("attempt") is None:
-        return None
-    return startup_view.read(RunFolder(point.run_dir).attempt(int(attempts[-1]["attempt"])).path)
 
 
 def startup_s(row: StatusRow) -> float | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from grpokit.run_folder.layout import STARTUP
+from grpokit.run_folder.layout import ATTEMPTS_DIR, STARTUP
 
 #: short labels for the one-line view
 LABELS = {
@@ -38,6 +38,14 @@ def read(attempt_dir: Path) -> dict | None:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+def latest(run_dir: Path, attempts: list[dict]) -> dict | None:
+    """The timeline of the latest attempt in `attempts` (``status.json``'s list) of the point in
+    `run_dir`; None before one was written."""
+    if not attempts or attempts[-1].get("attempt") is None:
+        return None
+    return read(Path(run_dir) / ATTEMPTS_DIR / str(int(attempts[-1]["attempt"])))
 
 
 def one_line(data: dict | None) -> str:

@@ -90,14 +90,14 @@ _TS_VERL = re.compile(r"^(?:INFO|WARNING|ERROR|DEBUG):(\d{4}-\d\d-\d\d \d\d:\d\d
 _TS_RAY = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})\s+[A-Z]+ ")
 _TS_VLLM = re.compile(r"^(?:INFO|WARNING|ERROR|DEBUG) (\d\d)-(\d\d) (\d\d:\d\d:\d\d) \[")
 
-# (phase, actor or None for any, regex on the message): the first matching line is the mark.
-_MARKS: tuple[tuple[str, str | None, re.Pattern], ...] = (
-    ("verl_import", None, re.compile(r"Connected to Ray cluster")),
-    ("dataset", None, re.compile(r"train and validate dataloader initialized")),
-    ("worker_group", None, re.compile(r"create worker group")),
-    ("actor_ref", None, re.compile(r"actor and ref model engine initialized|actor model engine initialized")),
-    ("weight_sync", None, re.compile(r"checkpoint engine manager initialized")),
-    ("checkpoint_load", None, re.compile(r"all initialize finished, ready to fit")),
+# (phase, regex on the message): the first stamped line that matches is the mark.
+_MARKS: tuple[tuple[str, re.Pattern], ...] = (
+    ("verl_import", re.compile(r"Connected to Ray cluster")),
+    ("dataset", re.compile(r"train and validate dataloader initialized")),
+    ("worker_group", re.compile(r"create worker group")),
+    ("actor_ref", re.compile(r"actor and ref model engine initialized|actor model engine initialized")),
+    ("weight_sync", re.compile(r"checkpoint engine manager initialized")),
+    ("checkpoint_load", re.compile(r"all initialize finished, ready to fit")),
 )
 # the engine core process is spawned (WARNING, always shown in a Ray actor) / starts (INFO)
 _ENGINE_START = re.compile(r"We must use the `spawn` multiprocessing start method|Initializing a V1 LLM engine")
@@ -107,7 +107,8 @@ _ARRIVAL_MARKS: tuple[tuple[str, str, re.Pattern], ...] = (
 )
 _GRAPHS_START = re.compile(r"Capturing CUDA graphs|Graph capturing finished")
 _ENGINE_READY = re.compile(r"\[api_router\.py|Starting vLLM server on|Application startup complete")
-_FIRST_REQUEST = re.compile(r"\[input_processor\.py|Added request|Received request")
+# vLLM 0.24 warns once, from input_processor.py, when the first prompt reaches the engine
+_FIRST_REQUEST = re.compile(r"\[input_processor\.py")
 # vLLM 0.24's INFO lines (vllm/model_executor/model_loader, vllm/compilation, vllm/v1/worker, vllm/v1/engine)
 _ENGINE_FIGURES: tuple[tuple[str, re.Pattern], ...] = (
     ("weights_s", re.compile(r"Model loading took [\d.]+ GiB (?:memory )?and ([\d.]+) seconds")),
@@ -274,7 +275,7 @@ def parse_lines(
             continue
         if actor == "" and pid is not None:
             pending.setdefault(pid, t)
-        for phase, _, rx in _MARKS:
+        for phase, rx in _MARKS:
             if phase not in tl.marks and rx.search(inner):
                 tl.marks[phase] = t
         if actor == "vLLMHttpServer":

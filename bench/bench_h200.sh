@@ -65,7 +65,7 @@ pack)
     out=${3:?usage: bench_h200.sh pack WORK_DIR OUT.tgz}
     cd "$W"
     find . \( -name checkpoints -o -name models -o -name data -o -name tensorboard \) -prune -o -type f \
-        \( -name '*.log' -o -name '*.json' -o -name '*.jsonl' -o -name '*.md' -o -name '*.sh' -o -name '*.txt' -o -name '*.csv' \) \
+        \( -name '*.log' -o -name '*.json' -o -name '*.jsonl' -o -name '*.md' -o -name '*.sh' -o -name '*.txt' -o -name '*.csv' -o -name '*.arrivals' \) \
         -size -20M -print | tar czf "$out" -T -
     ls -la "$out"
     exit 0
@@ -168,6 +168,6 @@ for profile in $PROFILES; do
     fi
 done
 for pid in "${pids[@]}"; do wait "$pid" || true; done
-wait || true
+# (no bare `wait`: the GPU memory sampler above runs until $W/done exists)
 touch "$W/done"
 table | tee "$W/table.md"

@@ -14,8 +14,12 @@ trivial trainer is launched, and to the moment that trainer has joined Ray and s
   and ``sleep 5``; then the trainer through ``srun --overlap``. Without the container.
 
 Both launch the same trivial trainer (this file with ``--as-trainer``), which records when it
-started and when ``ray.init`` saw all nodes. Needs the tiny model and GSM8K parquet files, which it
-builds in a temporary folder (``../shared/data/gsm8k``). Prints a table and the ratio verl / kit.
+started and when ``ray.init`` saw all nodes. Under the kit it then logs its one step the way verl's
+``file`` logger does (a ``{"step": 1, ...}`` line in ``VERL_FILE_LOGGER_PATH``): the point's target
+is ``trainer.total_training_steps=1`` with no checkpoint (``save_freq=-1``), so the point is
+``completed`` only because it reached its target (``grpokit.runtime.completion``). Needs the tiny
+model and GSM8K parquet files, which it builds in a temporary folder (``../shared/data/gsm8k``).
+Prints a table, the ratio verl / kit, and the kit attempt's start-up timeline (``startup.json``).
 """
 
 from __future__ import annotations
@@ -77,6 +81,9 @@ def as_trainer(argv: list[str]) -> int:
     Path(os.environ["BENCH_REPORT"]).write_text(
         json.dumps({"launched": launched, "ray_ready": ready, "resources": resources})
     )
+    metrics = os.environ.get("VERL_FILE_LOGGER_PATH")  # set by the kit's driver, not by the recipe
+    if metrics:
+        Path(metrics).write_text(json.dumps({"step": 1, "data": {"bench/ray_ready_s": ready - launched}}) + "\n")
     return 0
 
 
@@ -97,6 +104,8 @@ def run_kit(args, work: Path, model: Path, data: Path) -> dict:
         f"logs_root={work / 'logs'}",
         f"runtime.trainer_cmd=[python,{Path(__file__).resolve()},--as-trainer]",
         "runtime.needs_gpu=false",
+        "verl.trainer.total_training_steps=1",  # the trivial trainer's one step is the target
+        "verl.trainer.save_freq=-1",
         "cluster=slurm",
         f"cluster.nodes={args.nodes}",
         f"cluster.gpus_per_node={args.gpus_per_node}",
@@ -131,7 +140,11 @@ def run_kit(args, work: Path, model: Path, data: Path) -> dict:
         raise SystemExit(f"kit job {status['state']}: {status.get('reason')}")
     rep = json.loads(report.read_text())
     start = slurm_start(point["job_id"])
+    from grpokit.run_folder import startup_view as startup  # not needed by the trivial trainer
+
+    attempt = Path(point["run_dir"]) / "attempts" / str(status["attempts"][-1]["attempt"])
     return {
+        "timeline": startup.one_line(startup.read(attempt)),
         "launched_s": rep["launched"] - start,
         "ray_ready_s": rep["ray_ready"] - start,
         "driver_trainer_launched_s": status["attempts"][-1]["timings"].get("trainer_launched_s"),
@@ -172,6 +185,7 @@ def run_verl(args, work: Path) -> dict:
     rep = json.loads(report.read_text())
     start = slurm_start(job)
     return {
+        "timeline": "",
         "launched_s": rep["launched"] - start,
         "ray_ready_s": rep["ray_ready"] - start,
         "driver_trainer_launched_s": None,
@@ -212,6 +226,7 @@ def main() -> int:
         f"ratio verl / kit, trainer launched: {verl['launched_s'] / kit['launched_s']:.2f}; "
         f"joined Ray: {verl['ray_ready_s'] / kit['ray_ready_s']:.2f}  (jobs {kit['job']}, {verl['job']}; {work})"
     )
+    print(f"kit attempt's {kit['timeline'] or 'start-up timeline: none written'}")
     return 0
 
 

@@ -18,6 +18,8 @@ import argparse
 import json
 from pathlib import Path
 
+from grpokit.run_folder import startup_view as startup_timeline
+
 N_LM = 752_393_024  # Qwen3.5-0.8B language model (src/grpokit/models/tiny.py)
 PEAK_FLOPS = 790e12  # bf16 matrix rate measured on the GPU host (device notes, KINDS.md)
 PEAK_BYTES = 4.3e12  # copy bandwidth measured there
@@ -98,6 +100,11 @@ def main() -> None:
             print(f"start-up, job start -> step 1 start (first generation request, +-2 s): {startup:.0f} s")
         for attempt in status.get("attempts", []):
             print(f"driver timings: {attempt.get('timings')}, attempt wall {attempt.get('elapsed_s')} s")
+            timeline = startup_timeline.read(point / "attempts" / str(attempt.get("attempt")))
+            if timeline:
+                print(f"attempt {attempt.get('attempt')} {startup_timeline.one_line(timeline)}")
+                if timeline.get("engine"):
+                    print(f"  vLLM's own figures: {timeline['engine']}")
     gpu_mem = args.work / "gpu_mem.csv"
     if gpu_mem.is_file():
         used = [int(f[2]) for f in (ln.split(",") for ln in gpu_mem.read_text().splitlines()) if len(f) == 3]

@@ -136,6 +136,14 @@ def test_completion(tmp_path, bare_point, signal_handlers):
     assert (Path(spec.checkpoint_dir) / "latest_checkpointed_iteration.txt").read_text() == "3"
     cmd = (Path(spec.run_dir) / "verl_cmd.sh").read_text()
     assert f"memory_url={r.sidecars.started['memory'].url}/v1" in cmd, "the sidecar's URL reached the trainer"
+    # the start-up timeline: the driver's marks (seconds after job start), in order; the stand-in
+    # trainer prints no verl line, so those phases are named as not seen
+    timeline = json.loads((Path(spec.run_dir) / "attempts" / "1" / "startup.json").read_text())
+    at = {p["phase"]: p["at_s"] for p in timeline["phases"]}
+    assert list(at) == ["ray_ready", "trainer_launched"] and 0 <= at["ray_ready"] <= at["trainer_launched"] < 20
+    assert timeline["first_generation_s"] is None and "first_generation" in timeline["not_seen"]
+    env = json.loads((Path(spec.run_dir) / "env.json").read_text())["trainer_env"]  # what the job set
+    assert env["VLLM_DISABLE_COMPILE_CACHE"] == "0" and env["VLLM_LOGGING_LEVEL"] == "INFO"
     assert_closed(r, spec, signal_handlers)
 
 

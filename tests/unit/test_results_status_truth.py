@@ -215,7 +215,10 @@ def test_status_json_output(sweep, slurm, capsys):
         "val_acc",
         "elapsed_s",
         "eta_s",
+        "startup_s",
+        "startup",
     }
+    assert rows[0]["startup_s"] is None and rows[0]["startup"] is None  # no startup.json written
     assert not math.isnan(rows[5]["elapsed_s"])
 
 

@@ -22,6 +22,7 @@ from grpokit.reports.summary import (
     metrics_summary,
     point_reason,
 )
+from grpokit.run_folder import startup_view
 from grpokit.run_folder.metrics import merge_attempts, val_acc_keys
 from grpokit.run_folder.point_state import point_state
 from grpokit.run_folder.sweep import Sweep
@@ -34,11 +35,13 @@ log = logging.getLogger(__name__)
 class SweepReport:
     """table: one row per point (columns listed in :func:`collect_report`).
     curves: per point index, a frame with columns step, reward and one column per val-core acc key.
+    startups: per point index, the latest attempt's start-up timeline in one line ("" without one).
     """
 
     sweep: Sweep
     table: pd.DataFrame
     curves: dict[int, pd.DataFrame] = field(default_factory=dict)
+    startups: dict[int, str] = field(default_factory=dict)  # index -> the latest attempt's one-line start-up
 
 
 def collect_report(sweep: Sweep, ask_slurm: bool = True, now: datetime | None = None) -> SweepReport:
@@ -48,7 +51,8 @@ def collect_report(sweep: Sweep, ask_slurm: bool = True, now: datetime | None = 
     :func:`grpokit.reports.summary.metrics_summary`'s keys (``last_step``, ``final_reward_mean``,
     ``final_acc:<src>``, ``best_acc:<src>``, ``best_acc_step:<src>``, ``final_response_length``,
     ``final_clip_ratio``, ``mean_step_s``, ``mean_<part>_s``, ``tokens_per_s``,
-    ``throughput_per_gpu``), then ``gpu_hours`` (attempts that held GPUs for training only), with
+    ``throughput_per_gpu``), then ``gpu_hours`` (attempts that held GPUs for training only),
+    ``startup_s`` (the latest attempt's job start -> first generation request, ``startup.json``), with
     ``after=[...]`` the chained job's ``chain``, ``chain_reason``, ``base_acc``, ``trained_acc``,
     ``acc_delta`` (:mod:`grpokit.reports.chain_view`), then ``reason``
     (:func:`grpokit.reports.summary.point_reason`), ``job_id``, ``run_dir``.
@@ -60,6 +64,7 @@ def collect_report(sweep: Sweep, ask_slurm: bool = True, now: datetime | None = 
     states = job_states(ids) if ask_slurm and ids else {}
     rows: list[dict] = []
     curves: dict[int, pd.DataFrame] = {}
+    startups: dict[int, str] = {}
     for p in sweep.points:
         slurm = states.get(p.job_id) if p.job_id else None
         df = merge_attempts(p.run_dir)
@@ -69,6 +74,9 @@ def collect_report(sweep: Sweep, ask_slurm: bool = True, now: datetime | None = 
         row["attempts"] = len(p.attempts)
         row.update(metrics_summary(df))
         row["gpu_hours"] = gpu_hours(p, slurm, now)
+        timeline = startup_view.latest(p.run_dir, p.attempts)
+        row["startup_s"] = (timeline or {}).get("first_generation_s")
+        startups[p.index] = startup_view.one_line(timeline)
         if chain is not None:
             record = chained.get(p.name)
             row.update(chain_columns(record, p.run_dir, state, states.get((record or {}).get("job_id") or "")))
@@ -86,7 +94,7 @@ def collect_report(sweep: Sweep, ask_slurm: bool = True, now: datetime | None = 
     acc_cols = sorted(c for c in table.columns if c.split(":")[0] in ("final_acc", "best_acc", "best_acc_step"))
     tail = [c for c in table.columns if c not in fixed_head and c not in acc_cols]
     table = table[[c for c in fixed_head if c in table.columns] + acc_cols + tail]
-    return SweepReport(sweep=sweep, table=table, curves=curves)
+    return SweepReport(sweep=sweep, table=table, curves=curves, startups=startups)
 
 
 def write_tables(report: SweepReport, out_dir: Path) -> tuple[Path, Path]:
@@ -98,7 +106,12 @@ def write_tables(report: SweepReport, out_dir: Path) -> tuple[Path, Path]:
     # Format cells ourselves: tabulate would re-parse ids such as "999999" as numbers.
     cells = report.table[md_cols].map(_md_cell)
     body = cells.to_markdown(index=False, disable_numparse=True)
-    md_path.write_text(f"# Sweep {report.sweep.name}\n\n{body}\n")
+    lines = [f"- {p.name}: {report.startups[p.index]}" for p in report.sweep.points if report.startups.get(p.index)]
+    startup = ""
+    if lines:
+        startup = "\n## Start-up (latest attempt; seconds, job start -> first generation request)\n\n"
+        startup += "\n".join(lines) + "\n"
+    md_path.write_text(f"# Sweep {report.sweep.name}\n\n{body}\n{startup}")
     return csv_path, md_path
 
 

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from grpokit.reports.summary import last_reward, point_reason
+from grpokit.run_folder import startup_view
 from grpokit.run_folder.metrics import merge_attempts, val_acc_keys
 from grpokit.run_folder.point_state import point_state
 from grpokit.run_folder.status import attempt_elapsed_s
@@ -60,6 +61,7 @@ class StatusRow:
     reason: str | None = None
     extra: dict = field(default_factory=dict)
     eta_s: float | None = None  # running points: steps left x measured step time (:func:`eta_s`)
+    startup: dict | None = None  # the latest attempt's startup.json (grpokit.runtime.startup)
 
     @property
     def fraction(self) -> float:
@@ -102,7 +104,13 @@ def status_row(point: Point, slurm: SlurmJobState | None, now: datetime | None =
         elapsed_s=elapsed,
         reason=point_reason(point, slurm, state),
         eta_s=eta_s(df, step, target) if state == "running" else None,
+        startup=startup_view.latest(point.run_dir, attempts),
     )
+
+
+def startup_s(row: StatusRow) -> float | None:
+    """Seconds from the latest attempt's job start to its first generation request (None: unknown)."""
+    return (row.startup or {}).get("first_generation_s")
 
 
 def eta_s(df, step: int | None, target: int | None, last: int = 5) -> float | None:
@@ -154,6 +162,8 @@ def row_json(row: StatusRow) -> dict:
         "val_acc": clean(row.val_acc),
         "elapsed_s": clean(row.elapsed_s),
         "eta_s": clean(row.eta_s),
+        "startup_s": startup_s(row),
+        "startup": startup_view.one_line(row.startup) or None,
         **({k: row.extra[k] for k in ("chain", "chain_reason")} if "chain" in row.extra else {}),
     }
 
@@ -175,13 +185,14 @@ def _num(v: float, fmt: str = "{:.3f}") -> str:
 
 #: Columns dropped first when the terminal is narrow (the swept values are in the point's name,
 #: the progress bar repeats step/target). point, job, state, step and reason are always shown.
-DROP_ORDER = ("swept", "progress", "att", "#", "ETA", "reward", "elapsed", "val acc", "chain")
+DROP_ORDER = ("swept", "start-up", "progress", "att", "#", "ETA", "reward", "elapsed", "val acc", "chain")
 REASON_MIN = 12  # the reason column's narrowest useful width (cut with an ellipsis)
 
 
 def render_table(sweep: Sweep, rows: list[StatusRow], width: int | None = None) -> Table:
     """A rich Table: #, point, swept values, job, state, attempts, step/target, progress bar,
-    last reward, val acc, elapsed, ETA, (chain), reason (its first line).
+    last reward, val acc, elapsed, ETA, (start-up: the latest attempt's seconds to its first
+    generation request, when a point has one), (chain), reason (its first line).
 
     width: the terminal's columns. point, job, state and step never shrink or wrap; reason takes
     what is left (at least 12 columns, at most 60) and is cut with an ellipsis; the columns of
@@ -210,6 +221,8 @@ def render_table(sweep: Sweep, rows: list[StatusRow], width: int | None = None) 
         ("elapsed", "elapsed", {"justify": "right"}, [format_duration(r.elapsed_s) for r in rows]),
         ("ETA", "ETA", {"justify": "right"}, [format_duration(r.eta_s) for r in rows]),
     ]
+    if any(startup_s(r) is not None for r in rows):  # the latest attempt's job start -> first generation
+        cols.append(("start-up", "start-up", {"justify": "right"}, [_num(startup_s(r), "{:.0f} s") for r in rows]))
     if chained:
         chain_cells = [
             Text(r.extra.get("chain") or "-", style=STATE_STYLE.get(r.extra.get("chain") or "", "")) for r in rows

@@ -52,6 +52,8 @@ SIGNAL_RELAY_LOG = "signal_relay.log"
 TENSORBOARD_DIR = "tensorboard"
 HANG_STACKS = "hang_stacks.txt"
 STACKS_DIR = "stacks"
+STARTUP = "startup.json"  # the start-up timeline (grpokit.runtime.startup)
+STARTUP_ARRIVALS = "trainer.log.arrivals"  # when the trainer log grew, until the first step
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,8 @@ class AttemptFolder(_Folder):
     tensorboard = property(lambda self: self.path / TENSORBOARD_DIR)
     hang_stacks = property(lambda self: self.path / HANG_STACKS)
     stacks = property(lambda self: self.path / STACKS_DIR)
+    startup = property(lambda self: self.path / STARTUP)
+    startup_arrivals = property(lambda self: self.path / STARTUP_ARRIVALS)
 
 
 @dataclass(frozen=True)

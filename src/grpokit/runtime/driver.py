@@ -32,6 +32,7 @@ in-process stand-ins (``tests/unit/test_driver_lifecycle.py``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -68,6 +69,7 @@ from grpokit.runtime import (
     retry,
     retry_job,
     shared_fs,
+    startup,
     stop_decision,
     trackers,
     trainer,
@@ -111,7 +113,10 @@ class Driver:
         self.prune_watch: pruning.PruneWatch | None = None
         self.stacks_dir: Path | None = None  # faulthandler files of the trainer's processes (watchdog)
         self.timings: dict[str, float] = {}
+        self.marks: dict[str, float] = {}  # seconds after job start (startup.json's driver marks)
+        self.arrivals = startup.Arrivals()  # when the trainer log grew, until its first step
         self.t0 = time.monotonic()
+        self.t0_wall = time.time()  # job start on the log lines' clock (startup.json)
         self._log = JobLog()
         self._handlers: dict[int, Any] = {}  # the stop signals' handlers before open()
         self._attempt_open = False
@@ -205,6 +210,7 @@ class Driver:
             env = {
                 **os.environ,
                 **compile_cache.environment(self.spec.checkpoint_dir, os.environ),  # reused on resume
+                **startup.environment(os.environ),  # vLLM's INFO lines: the engine's part of startup.json
                 **{k: str(v) for k, v in self.spec.runtime.env.items()},
                 **trainer.environment(self.run_dir, self.attempt_dir),
                 **trackers.environment(self.spec),  # W&B: one run per point across attempts
@@ -263,6 +269,7 @@ class Driver:
             return self._outcome
         self._stop_parts()
         happened = dataclasses.replace(happened, disk_full=self._disk_full(happened))
+        self._write_startup()
         outcome = self._outcome = self._decide(happened)
         self._write_status(outcome)
         if self._beater is not None:
@@ -457,6 +464,7 @@ class Driver:
             **ray_resources.cluster_sizes(self.spec.runtime, num_cpus),
         )
         self.timings["ray_ready_s"] = round(time.monotonic() - t, 2)
+        self.marks["ray_ready_s"] = round(time.monotonic() - self.t0, 2)
         for sc in self.sidecars.values():
             api.wait_ready(sc)
         self.timings["sidecars_ready_s"] = round(time.monotonic() - t, 2)
@@ -504,7 +512,7 @@ class Driver:
         log.info(
             "trainer launched with Ray ready (pid %d, %.2f s after job start)", proc.pid, time.monotonic() - self.t0
         )
-        self.timings["trainer_launched_s"] = round(time.monotonic() - self.t0, 2)
+        self.timings["trainer_launched_s"] = self.marks["trainer_launched_s"] = round(time.monotonic() - self.t0, 2)
         self.stacks_dir = Path(env[watchdog.STACKS_ENV]) if env.get(watchdog.STACKS_ENV) else None
         policy = watchdog.HangPolicy.from_runtime(self.spec.runtime)
         hang_watch = watchdog.Watchdog(policy, AttemptFolder(attempt_dir).metrics) if policy else None
@@ -518,11 +526,17 @@ class Driver:
             force_stop=lambda: proc.stop(self.grace_s),
         )
         ckpt_dir, saved = Path(self.spec.checkpoint_dir), None
+        metrics, trainer_log = AttemptFolder(attempt_dir).metrics, AttemptFolder(attempt_dir).trainer_log
+        timeline_written = False
         while True:
             rc = proc.poll()
             saved = checkpoints.record_saved(ckpt_dir, saved)  # each save's file sizes, once verl's tracker names it
             if rc is not None:
                 return rc
+            if not timeline_written:  # until the first step: when each line of the log arrived
+                self._observe_log(trainer_log)
+                if metrics.exists() and metrics.stat().st_size > 0:
+                    timeline_written = self._write_startup()  # readable while the point runs
             if self.stop_signal is not None:
                 # On SIGTERM Slurm signals every process of the job: deaths are expected now.
                 if self.stop is not None and self.stop.overdue(self.parts.clock()):
@@ -604,6 +618,21 @@ class Driver:
     def _stop_ray(self) -> None:
         if self.cluster is not None:
             self.cluster.stop(self.grace_s)
+
+    def _observe_log(self, path: Path) -> None:
+        with contextlib.suppress(OSError):  # not created yet
+            self.arrivals.observe(path.stat().st_size, time.time())
+
+    def _write_startup(self) -> bool:
+        """``attempts/<k>/startup.json`` (:mod:`grpokit.runtime.startup`); never fails the attempt."""
+        if self.attempt_dir is None:
+            return False
+        try:
+            startup.write(self.attempt_dir, self.t0_wall, self.marks, self.arrivals)
+            return True
+        except Exception:
+            log.exception("could not write the start-up timeline")
+            return False
 
     def _timeouts_so_far(self) -> int:
         return stop_decision.count_timeouts(self.status.data["attempts"], self.status.data.get("resubmission"))

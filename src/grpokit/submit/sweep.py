@@ -39,6 +39,10 @@ from grpokit.validate import Problem, SweepValidationError, overlap, validate_po
 
 log = logging.getLogger(__name__)
 
+#: The sweep folder whose points are being submitted (or run here); None before (a Ctrl-C then
+#: leaves nothing behind: ``grpokit.cli`` says so).
+submitting_into: Path | None = None
+
 
 def _parse(override: str) -> tuple[str, str]:
     key, _, value = override.partition("=")
@@ -287,6 +291,11 @@ def launch_sweep(
     config: DictConfig, hydra_context, job_overrides: list[list[str]], first_index: int
 ) -> list[JobReturn]:
     """The launcher's body (see :mod:`hydra_plugins.grpokit_launcher.grpokit_launcher`)."""
+    if not job_overrides:  # a sweep value the command-line check could not see was empty
+        _refuse(
+            "the sweep has no points (a swept key has no values, e.g. range(8,8)); nothing was submitted. "
+            "Give every swept key at least one value."
+        )
     load = point_loader(lambda o: hydra_context.config_loader.load_sweep_config(config, list(o)), job_overrides[0])
 
     started = time.monotonic()
@@ -398,8 +407,10 @@ def _write_point_files(specs: list[PointSpec]) -> None:
 
 def submit_new(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], meta: dict, *, wait: bool):
     """A new sweep in a folder just claimed: point files, manifest, one array (or local runs)."""
+    global submitting_into
     sweep_dir = claim.path
     names = [s.name for s in specs]
+    submitting_into = sweep_dir
     _write_point_files(specs)
     # The manifest exists before the jobs do: a sweep command killed mid-submission leaves its
     # points (and run folders) findable; the Slurm ids are filled in right after.
@@ -439,6 +450,8 @@ def resume_sweep(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], 
         return [_job_return(s, None) for s in specs]
     from grpokit.submit.resubmit import submit_again  # it submits through submit_slurm, below
 
+    global submitting_into
+    submitting_into = sweep_dir
     before = attempt_counts(todo)
     job_ids, _ = submit_again(claim, todo, chosen, how="resume")
     claim.release()

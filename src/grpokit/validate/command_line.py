@@ -255,6 +255,16 @@ def check(argv: list[str]) -> tuple[list[str], list[Problem]]:
         key = o.key_or_group
         if o in group_overrides or key.startswith("hydra") or "/" in key or o.is_delete():
             continue
+        if o.is_sweep_override() and not _values(o) and o.value_type.name != "GLOB_CHOICE_SWEEP":
+            problems.append(
+                Problem(
+                    ALL,
+                    key,
+                    f"{argv[pos].partition('=')[2]} has no values, so the sweep has no points",
+                    f"give {key} at least one value, e.g. {key}=range(8,17,8)",
+                )
+            )
+            continue
         nodes = [_node(cfg, key) for cfg in configs]
         exists = all(n is not None for n in nodes)
         if not exists:

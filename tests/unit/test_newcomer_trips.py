@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -118,3 +119,101 @@ def test_ctrl_c_after_submission_began_names_the_folder(monkeypatch, capsys, tmp
         capsys.readouterr().err.strip()
         == f"interrupted while submitting; see what reached Slurm with: grpokit status {tmp_path / 'sw'}"
     )
+
+
+def test_sweep_help_names_the_researchers_switches_and_no_internal_note():
+    run = subprocess.run(
+        [sys.executable, str(REPO / "launch" / "sweep.py"), "--help"], env=_env(), capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    for switch in (
+        "resume=true",
+        "after=",
+        "halving.rungs",
+        "halving.keep",
+        "use_live_code",
+        "runtime.pruning",
+        "runtime.wandb_mode",
+        "rehearse=true",
+    ):
+        assert switch in run.stdout, switch
+    assert "issue " not in run.stdout.lower()
+
+
+def _point(sweep: Path, index: int, state: str, *, target: int = 4, reason: str = "", step: int | None = None) -> dict:
+    """A run folder as the driver leaves it (docs/run-folder.md), run locally (no Slurm id)."""
+    run = sweep / f"{index:03d}_lr-{index}"
+    run.mkdir(parents=True)
+    ended = state != "running"
+    attempt = {
+        "attempt": 1,
+        "start": "2026-01-01T00:00:00+00:00",
+        "end": "2026-01-01T00:05:00+00:00" if ended else None,
+        "ended_by": state if ended else None,
+        "elapsed_s": 300.0 if ended else None,
+    }
+    status = {"state": state, "reason": reason, "target_step": target, "last_step": step, "attempts": [attempt]}
+    (run / "status.json").write_text(json.dumps(status))
+    return {"index": index, "name": run.name, "run_dir": str(run), "swept": {"lr": index}, "job_id": None}
+
+
+def _sweep_folder(folder: Path, points: list[dict]) -> Path:
+    (folder / "manifest.json").write_text(json.dumps({"sweep": folder.name, "swept_keys": ["lr"], "points": points}))
+    return folder
+
+
+def test_status_json_keeps_the_whole_reason(tmp_path):
+    reason = (
+        "trainer exited with 1; last lines of trainer.log:\nTraceback (most recent call last):\nRuntimeError: CUDA OOM"
+    )
+    folder = _sweep_folder(tmp_path / "sw", [_point(tmp_path / "sw", 0, "failed", reason=reason)])
+    run = subprocess.run([GRPOKIT, "status", str(folder), "--json"], env=_env(), capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    (row,) = json.loads(run.stdout)
+    assert row["state"] == "failed" and row["reason"] == reason
+    table = subprocess.run(
+        [GRPOKIT, "status", str(folder), "--width", "200"], env=_env(), capture_output=True, text=True
+    )
+    assert "last lines of trainer.log:" in table.stdout and "CUDA OOM" not in table.stdout  # the table: first line
+
+
+def test_status_watch_ends_once_every_point_is_final(tmp_path, monkeypatch, capsys):
+    from grpokit.cli import status
+
+    sweep = tmp_path / "sw"
+    folder = _sweep_folder(sweep, [_point(sweep, 0, "completed"), _point(sweep, 1, "running", step=2)])
+    running = sweep / "001_lr-1" / "status.json"
+    sleeps = []
+
+    def sleep(seconds):  # the point ends while --watch waits for its next redraw
+        sleeps.append(seconds)
+        done = json.loads(running.read_text())
+        done["state"], done["attempts"][0]["end"], done["attempts"][0]["ended_by"] = "completed", "x", "completed"
+        running.write_text(json.dumps(done))
+
+    monkeypatch.setattr(status.time, "sleep", sleep)
+    assert status.main([str(folder), "--watch", "5", "--width", "120"]) == 0
+    assert sleeps == [5.0]  # one redraw while a point ran, none after every point was final
+    assert "every point is final" in capsys.readouterr().out
+
+
+def test_halving_points_at_a_rung_are_waiting_rung_not_completed(tmp_path):
+    from grpokit.reports.report_table import collect_report
+    from grpokit.reports.status_table import collect_rows
+    from grpokit.run_folder.sweep import load_sweep
+
+    sweep = tmp_path / "sw"
+    points = [
+        _point(sweep, 0, "completed", target=2, step=2),
+        _point(sweep, 1, "completed", target=6, step=6),
+        _point(sweep, 2, "pruned", target=2, step=2),
+    ]
+    folder = _sweep_folder(sweep, points)
+    (folder / "halving.json").write_text(json.dumps({"rungs": [2, 4], "final_target": 6, "stage": 0, "stages": []}))
+    rows = collect_rows(load_sweep(folder))
+    assert [r.state for r in rows] == ["waiting_rung", "completed", "pruned"]
+    assert "rung at step 2 (of 6)" in rows[0].reason
+    table = collect_report(load_sweep(folder), ask_slurm=False).table
+    assert list(table["state"]) == ["waiting_rung", "completed", "pruned"]
+    (folder / "halving.json").unlink()  # not a halving sweep: a point that reached its target is completed
+    assert collect_rows(load_sweep(folder))[0].state == "completed"

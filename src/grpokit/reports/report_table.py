@@ -23,7 +23,7 @@ from grpokit.reports.summary import (
     point_reason,
 )
 from grpokit.run_folder.metrics import merge_attempts, val_acc_keys
-from grpokit.run_folder.point_state import point_state
+from grpokit.run_folder.point_state import WAITING_RUNG, at_rung, halving_final_target, point_state, rung_reason
 from grpokit.run_folder.sweep import Sweep
 from grpokit.slurm.states import job_states
 
@@ -58,6 +58,7 @@ def collect_report(sweep: Sweep, ask_slurm: bool = True, now: datetime | None = 
     chained = (chain or {}).get("points") or {}
     ids = [p.job_id for p in sweep.points if p.job_id] + chain_job_ids(chain)
     states = job_states(ids) if ask_slurm and ids else {}
+    final_target = halving_final_target(sweep.path)  # a halving sweep: rungs are not the target
     rows: list[dict] = []
     curves: dict[int, pd.DataFrame] = {}
     for p in sweep.points:
@@ -65,14 +66,14 @@ def collect_report(sweep: Sweep, ask_slurm: bool = True, now: datetime | None = 
         df = merge_attempts(p.run_dir)
         row: dict = {"index": p.index, "name": p.name}
         row.update({k: p.swept.get(k) for k in sweep.swept_keys})
-        row["state"] = state = point_state(p, slurm)
+        row["state"] = state = at_rung(p, point_state(p, slurm), final_target)
         row["attempts"] = len(p.attempts)
         row.update(metrics_summary(df))
         row["gpu_hours"] = gpu_hours(p, slurm, now)
         if chain is not None:
             record = chained.get(p.name)
             row.update(chain_columns(record, p.run_dir, state, states.get((record or {}).get("job_id") or "")))
-        row["reason"] = point_reason(p, slurm, state)
+        row["reason"] = rung_reason(p, final_target) if state == WAITING_RUNG else point_reason(p, slurm, state)
         row["job_id"] = p.job_id
         row["run_dir"] = str(p.run_dir)
         rows.append(row)

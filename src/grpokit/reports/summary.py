@@ -34,15 +34,18 @@ THROUGHPUT_KEY = "perf/throughput"
 TIMING_PARTS = ("gen", "old_log_prob", "ref", "update_actor", "testing", "save_checkpoint")
 
 
-def point_reason(point: Point, slurm: SlurmJobState | None, state: str | None = None) -> str | None:
+def point_reason(
+    point: Point, slurm: SlurmJobState | None, state: str | None = None, *, whole: bool = False
+) -> str | None:
     """Why the point is in its state, one line: the first line of status.json's ``reason`` (this
-    job's), else Slurm's reason (a pending job's ``Priority``/``Resources``, an exit reason), else
-    for ``unknown`` what is missing. None when nothing says."""
+    job's; ``whole=True``: all its lines, e.g. the trainer.log lines it quotes), else Slurm's reason
+    (a pending job's ``Priority``/``Resources``, an exit reason), else for ``unknown`` what is
+    missing. None when nothing says."""
     state = state or point_state(point, slurm)
     status = point.status or {}
     own = str(status.get("reason") or "").strip() if status_is_this_jobs(point) else ""
     if own:
-        return own.splitlines()[0]
+        return own if whole else own.splitlines()[0]
     if slurm is not None and slurm.reason:
         return f"Slurm: {slurm.reason}"
     if state == "unknown" and slurm is not None:

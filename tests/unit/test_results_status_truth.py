@@ -139,7 +139,8 @@ def test_the_jobs_own_final_state_wins_over_slurms(sweep, slurm):
 def test_reason_column_is_the_first_line_of_the_jobs_reason(sweep, slurm):
     rows = {r.index: r for r in collect_rows(load_sweep(sweep))}
     assert rows[0].reason == SKIPPED_REASON
-    assert rows[2].reason == "trainer exited with 1; last lines of trainer.log:"
+    # the row (and --json) keeps the whole reason; the table shows its first line (issue 25)
+    assert rows[2].reason == "trainer exited with 1; last lines of trainer.log:\nTraceback ...\nOOM"
     assert rows[3].reason.startswith("Slurm says COMPLETED, but the job recorded running")
     assert rows[4].reason is None  # "old failure" belongs to the replaced job
     console = Console(width=250, record=True)

@@ -217,3 +217,43 @@ def test_halving_points_at_a_rung_are_waiting_rung_not_completed(tmp_path):
     assert list(table["state"]) == ["waiting_rung", "completed", "pruned"]
     (folder / "halving.json").unlink()  # not a halving sweep: a point that reached its target is completed
     assert collect_rows(load_sweep(folder))[0].state == "completed"
+
+
+def test_logs_follow_goes_on_across_halving_rungs_until_the_final_target(tmp_path, monkeypatch):
+    import io
+
+    from grpokit.cli import logs
+
+    sweep = tmp_path / "sw"
+    run = sweep / "000_lr-0"
+    (run / "attempts" / "1").mkdir(parents=True)
+    (sweep / "halving.json").write_text(json.dumps({"rungs": [2], "final_target": 4, "stage": 0, "stages": []}))
+    (run / "attempts" / "1" / "trainer.log").write_text("step:1\nstep:2\n")
+
+    def status(state: str, target: int, ends: list) -> None:
+        (run / "status.json").write_text(
+            json.dumps({"state": state, "target_step": target, "attempts": [{"end": e} for e in ends]})
+        )
+
+    status("completed", 2, ["x"])  # trained to the rung: the controller has not ranked it yet
+    script = [  # what happens while follow waits (one entry per wait)
+        lambda: None,
+        lambda: (
+            (run / "attempts" / "2").mkdir(),
+            (run / "attempts" / "2" / "trainer.log").write_text("step:3\n"),
+            status("running", 4, ["x", None]),
+        ),
+        lambda: (
+            open(run / "attempts" / "2" / "trainer.log", "a").write("step:4\n"),
+            status("completed", 4, ["x", "y"]),
+        ),
+        lambda: None,  # the last lines are printed, then it ends
+    ]
+    waits = []
+    monkeypatch.setattr(logs.time, "sleep", lambda s: (waits.append(s), script[len(waits) - 1]()))
+    out = io.StringIO()
+    assert logs.follow(run, ("trainer",), 10, 0.01, out) == 0
+    text = out.getvalue()
+    assert text.index("[trainer] step:2") < text.index("==> attempt 2:") < text.index("[trainer] step:4")
+    assert text.rstrip().endswith("000_lr-0 is completed: nothing more will be written <==")
+    assert len(waits) == 4  # it did not stop at the rung

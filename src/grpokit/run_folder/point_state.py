@@ -130,13 +130,18 @@ def halving_final_target(sweep_dir: Path) -> int | None:
     return int(final) if final is not None else None
 
 
+def below_final_target(status: dict | None, final_target: int | None) -> bool:
+    """Whether a halving point's ``status.json`` targets a rung below the sweep's final target."""
+    target = (status or {}).get("target_step")
+    return final_target is not None and target is not None and int(target) < final_target
+
+
 def at_rung(point: Point, state: str, final_target: int | None) -> str:
     """``waiting_rung`` for a halving point shown ``completed`` at a rung below the sweep's final
     target (``completed`` means the target was reached: here only the rung was); else ``state``."""
-    target = (point.status or {}).get("target_step")
-    if state != "completed" or final_target is None or target is None or int(target) >= final_target:
-        return state
-    return WAITING_RUNG
+    if state == "completed" and below_final_target(point.status, final_target):
+        return WAITING_RUNG
+    return state
 
 
 def rung_reason(point: Point, final_target: int | None) -> str:

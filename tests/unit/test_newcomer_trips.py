@@ -257,3 +257,39 @@ def test_logs_follow_goes_on_across_halving_rungs_until_the_final_target(tmp_pat
     assert text.index("[trainer] step:2") < text.index("==> attempt 2:") < text.index("[trainer] step:4")
     assert text.rstrip().endswith("000_lr-0 is completed: nothing more will be written <==")
     assert len(waits) == 4  # it did not stop at the rung
+
+
+def test_heatmap_says_which_step_final_acc_comes_from(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from grpokit.reports import plots
+    from grpokit.reports.summary import metrics_summary
+
+    # points stopped at steps 4, 8 and 12 (halving): final_acc_step says where each value comes from
+    merged = pd.DataFrame({"step": [1, 2, 3, 4], "val-core/gsm8k/acc/mean@1": [0.1, None, 0.3, None]})
+    assert metrics_summary(merged)["final_acc_step:gsm8k"] == 3
+    table = pd.DataFrame(
+        {
+            "n": ["4", "4", "8", "8"],
+            "lr": ["1", "2", "1", "2"],
+            "final_acc:gsm8k": [0.1, 0.2, 0.3, 0.4],
+            "final_acc_step:gsm8k": [4.0, 8.0, 12.0, 12.0],
+        }
+    )
+    figures = []
+    monkeypatch.setattr(plots.plt, "close", lambda fig=None: figures.append(fig))
+
+    def drawn(table):
+        report = SimpleNamespace(sweep=SimpleNamespace(name="sw"), table=table)
+        assert plots.plot_heatmap(report, tmp_path / "h.png", "n", "lr") is not None
+        ax = figures[-1].axes[0]
+        return ax.get_title(), [t.get_text() for t in ax.texts]
+
+    title, cells = drawn(table)
+    assert "steps differ: 4, 8, 12" in title and "0.100\n@4" in cells and "0.400\n@12" in cells
+    title, cells = drawn(table.assign(**{"final_acc_step:gsm8k": 12.0}))
+    assert title.endswith(", step 12") and "0.100" in cells
+    plt.close("all")

@@ -46,7 +46,7 @@ def collect_report(sweep: Sweep, ask_slurm: bool = True, now: datetime | None = 
 
     Columns: ``index``, ``name``, each swept key, ``state``, ``attempts``, then
     :func:`grpokit.reports.summary.metrics_summary`'s keys (``last_step``, ``final_reward_mean``,
-    ``final_acc:<src>``, ``best_acc:<src>``, ``best_acc_step:<src>``, ``final_response_length``,
+    ``final_acc:<src>``, ``final_acc_step:<src>``, ``best_acc:<src>``, ``best_acc_step:<src>``, ``final_response_length``,
     ``final_clip_ratio``, ``mean_step_s``, ``mean_<part>_s``, ``tokens_per_s``,
     ``throughput_per_gpu``), then ``gpu_hours`` (attempts that held GPUs for training only), with
     ``after=[...]`` the chained job's ``chain``, ``chain_reason``, ``base_acc``, ``trained_acc``,
@@ -84,7 +84,9 @@ def collect_report(sweep: Sweep, ask_slurm: bool = True, now: datetime | None = 
     table = pd.DataFrame.from_records(rows)
     # Put the accuracy columns right after the reward, whatever order the points introduced them in.
     fixed_head = ["index", "name", *sweep.swept_keys, "state", "attempts", "last_step", "final_reward_mean"]
-    acc_cols = sorted(c for c in table.columns if c.split(":")[0] in ("final_acc", "best_acc", "best_acc_step"))
+    acc_cols = sorted(
+        c for c in table.columns if c.split(":")[0] in ("final_acc", "final_acc_step", "best_acc", "best_acc_step")
+    )
     tail = [c for c in table.columns if c not in fixed_head and c not in acc_cols]
     table = table[[c for c in fixed_head if c in table.columns] + acc_cols + tail]
     return SweepReport(sweep=sweep, table=table, curves=curves)

@@ -85,8 +85,8 @@ def last_reward(df: pd.DataFrame) -> float:
 def metrics_summary(df: pd.DataFrame) -> dict[str, float]:
     """Summary of a merged frame (``grpokit.run_folder.metrics.merge_attempts``, sorted by step).
 
-    Keys: ``last_step``; ``final_reward_mean`` (last reward); per data source ``final_acc:<src>``,
-    ``best_acc:<src>``, ``best_acc_step:<src>`` (from ``val-core/<src>/acc/mean@1``; the earliest
+    Keys: ``last_step``; ``final_reward_mean`` (last reward); per data source ``final_acc:<src>``
+    and the step it was logged at ``final_acc_step:<src>``, ``best_acc:<src>``, ``best_acc_step:<src>`` (from ``val-core/<src>/acc/mean@1``; the earliest
     step wins a tie); ``final_response_length``, ``final_clip_ratio`` (last logged values);
     ``mean_step_s`` and ``mean_<part>_s`` (mean seconds per step over logged steps);
     ``tokens_per_s`` (sum of perf/total_num_tokens / sum of timing_s/step over steps logging both);
@@ -102,10 +102,12 @@ def metrics_summary(df: pd.DataFrame) -> dict[str, float]:
         if ok.any():
             best = int(np.nanargmax(v))
             out[f"final_acc:{src}"] = float(v[ok][-1])
+            out[f"final_acc_step:{src}"] = float(steps[ok][-1])
             out[f"best_acc:{src}"] = float(v[best])
             out[f"best_acc_step:{src}"] = float(steps[best])
         else:
-            out[f"final_acc:{src}"] = out[f"best_acc:{src}"] = out[f"best_acc_step:{src}"] = math.nan
+            out[f"final_acc:{src}"] = out[f"final_acc_step:{src}"] = math.nan
+            out[f"best_acc:{src}"] = out[f"best_acc_step:{src}"] = math.nan
     out["final_response_length"] = _last(df, RESPONSE_LENGTH_KEY)
     out["final_clip_ratio"] = _last(df, CLIP_RATIO_KEY)
     out["mean_step_s"] = _mean(df, STEP_TIME_KEY)

@@ -244,7 +244,7 @@ def test_logs_follow_goes_on_across_halving_rungs_until_the_final_target(tmp_pat
             status("running", 4, ["x", None]),
         ),
         lambda: (
-            open(run / "attempts" / "2" / "trainer.log", "a").write("step:4\n"),
+            (run / "attempts" / "2" / "trainer.log").write_text("step:3\nstep:4\n"),
             status("completed", 4, ["x", "y"]),
         ),
         lambda: None,  # the last lines are printed, then it ends

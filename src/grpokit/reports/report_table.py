@@ -46,7 +46,8 @@ def collect_report(sweep: Sweep, ask_slurm: bool = True, now: datetime | None = 
 
     Columns: ``index``, ``name``, each swept key, ``state``, ``attempts``, then
     :func:`grpokit.reports.summary.metrics_summary`'s keys (``last_step``, ``final_reward_mean``,
-    ``final_acc:<src>``, ``final_acc_step:<src>``, ``best_acc:<src>``, ``best_acc_step:<src>``, ``final_response_length``,
+    ``final_acc:<src>``, ``final_acc_step:<src>``, ``best_acc:<src>``, ``best_acc_step:<src>``,
+    ``final_response_length``,
     ``final_clip_ratio``, ``mean_step_s``, ``mean_<part>_s``, ``tokens_per_s``,
     ``throughput_per_gpu``), then ``gpu_hours`` (attempts that held GPUs for training only), with
     ``after=[...]`` the chained job's ``chain``, ``chain_reason``, ``base_acc``, ``trained_acc``,

@@ -86,11 +86,12 @@ def metrics_summary(df: pd.DataFrame) -> dict[str, float]:
     """Summary of a merged frame (``grpokit.run_folder.metrics.merge_attempts``, sorted by step).
 
     Keys: ``last_step``; ``final_reward_mean`` (last reward); per data source ``final_acc:<src>``
-    and the step it was logged at ``final_acc_step:<src>``, ``best_acc:<src>``, ``best_acc_step:<src>`` (from ``val-core/<src>/acc/mean@1``; the earliest
-    step wins a tie); ``final_response_length``, ``final_clip_ratio`` (last logged values);
-    ``mean_step_s`` and ``mean_<part>_s`` (mean seconds per step over logged steps);
-    ``tokens_per_s`` (sum of perf/total_num_tokens / sum of timing_s/step over steps logging both);
-    ``throughput_per_gpu`` (mean perf/throughput). Missing metrics give NaN.
+    and the step it was logged at ``final_acc_step:<src>``, ``best_acc:<src>``,
+    ``best_acc_step:<src>`` (from ``val-core/<src>/acc/mean@1``; the earliest step wins a tie);
+    ``final_response_length``, ``final_clip_ratio`` (last logged values); ``mean_step_s`` and
+    ``mean_<part>_s`` (mean seconds per step over logged steps); ``tokens_per_s`` (sum of
+    perf/total_num_tokens / sum of timing_s/step over steps logging both); ``throughput_per_gpu``
+    (mean perf/throughput). Missing metrics give NaN.
     """
     steps = df["step"].to_numpy()
     out: dict[str, float] = {"last_step": float(steps.max()) if len(steps) else math.nan}

@@ -293,3 +293,38 @@ def test_heatmap_says_which_step_final_acc_comes_from(tmp_path, monkeypatch):
     title, cells = drawn(table.assign(**{"final_acc_step:gsm8k": 12.0}))
     assert title.endswith(", step 12") and "0.100" in cells
     plt.close("all")
+
+
+#: Values a researcher quotes for Hydra: a prompt template, a W&B note, a run name.
+QUOTED = ["tmpl(x)", "it's", 'say "hi"', "a; b", "run `date`", "line1\nline2 (x)"]
+
+
+def _hydra_quoted(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def test_quoted_values_reach_verl_intact(tmp_path):
+    from grpokit.config.compose import compose_kit
+    from grpokit.config.point import build_point
+    from grpokit.config.verl_schema import apply_overrides
+
+    for text in QUOTED:
+        overrides = [
+            f"verl.data.prompt_key={_hydra_quoted(text)}",
+            f"verl.trainer.experiment_name={_hydra_quoted(text)}",
+            f"logs_root={tmp_path / 'with space'}",
+        ]
+        spec = build_point(compose_kit(overrides), index=0, kit_overrides=overrides, swept={})
+        verl = apply_overrides(spec.verl_overrides)  # verl's own parser reads what the trainer is given
+        assert verl.data.prompt_key == text and verl.trainer.experiment_name == text, spec.verl_overrides
+        assert verl.trainer.default_local_dir == spec.checkpoint_dir and " " in spec.checkpoint_dir
+
+
+def test_a_dry_run_accepts_quoted_values_and_dry_run_md_carries_them(kit, kit_overrides, tmp_path):
+    text = 'tmpl(x); it\'s "q" `d`\nline2'
+    run = kit.run(
+        "sweep.py", [*kit_overrides, "sweep_name=quoted", "dry_run=true", f"verl.data.prompt_key={_hydra_quoted(text)}"]
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    dry = (tmp_path / "logs" / "quoted" / "dry_run.md").read_text()
+    assert f"data.prompt_key={_hydra_quoted(text)} " in dry

@@ -200,7 +200,7 @@ def build_point(
     for key in ("trainer.project_name", "trainer.experiment_name"):
         if key in typed:  # honoured: the user's names for verl's loggers
             derived[key] = OmegaConf.select(cfg, f"verl.{key}")
-    runtime_overrides = [f"{k}={v}" for k, v in derived.items()]
+    runtime_overrides = [f"{k}={format_value(v)}" for k, v in derived.items()]  # quoted as verl parses them
     runtime_keys = set(derived)
     try:
         emitted = [o for o in verl_overrides(cfg) if o.lstrip("+").split("=", 1)[0] not in runtime_keys]

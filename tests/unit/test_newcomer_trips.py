@@ -328,3 +328,18 @@ def test_a_dry_run_accepts_quoted_values_and_dry_run_md_carries_them(kit, kit_ov
     assert run.returncode == 0, run.stderr[-2000:]
     dry = (tmp_path / "logs" / "quoted" / "dry_run.md").read_text()
     assert f"data.prompt_key={_hydra_quoted(text)} " in dry
+
+
+def test_fix_hints_name_the_command_a_wheel_install_has(monkeypatch, bare_point, tmp_path):
+    from grpokit import paths
+    from grpokit.validate.kit_checks import download_hint
+
+    assert paths.kit_command("prepare-data", "gsm8k --out d") == "python launch/prepare_data.py gsm8k --out d"
+    tiny = bare_point(tmp_path, model={"source": "build", "path": "/m/tiny"})
+    assert download_hint(tiny) == "python launch/make_tiny_model.py --out /m/tiny"
+    monkeypatch.setattr(paths, "_checkout_root", lambda: None)  # a wheel in a virtual environment: no launch/
+    assert paths.kit_command("prepare-data", "gsm8k --out d") == "grpokit prepare-data gsm8k --out d"
+    assert paths.kit_command("status", "logs/s --watch") == "grpokit status logs/s --watch"
+    assert download_hint(tiny) == "grpokit make-tiny-model --out /m/tiny"
+    hub = bare_point(tmp_path, model={"hub_id": "Qwen/X", "path": "/m/x"}, kit_overrides=["model=x"])
+    assert download_hint(hub).startswith("grpokit download model=x  (fetches Qwen/X")

@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from grpokit.config.override_step import cached_interpolation_parsing
 from grpokit.config.point import PointSpec, build_point, kit_notices
-from grpokit.paths import CONFIG_DIR
+from grpokit.paths import CONFIG_DIR, kit_command
 from grpokit.run_folder import RunFolder, SweepFolder, read_status
 from grpokit.run_folder.claim import (
     Claim,
@@ -424,7 +424,7 @@ def submit_new(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], me
         claim.record("new", names, job_ids)
         claim.release()
         print(f"submitted {len(specs)} point(s) as {arrays_phrase(job_ids)}; sweep folder {sweep_dir}")
-        print(f"  watch: python launch/status.py {sweep_dir} --watch")
+        print(f"  watch: {kit_command('status', f'{sweep_dir} --watch')}")
         if wait:
             _wait(specs, job_ids, before)
         return [_job_return(s, j) for s, j in zip(specs, job_ids, strict=True)]
@@ -463,7 +463,7 @@ def resume_sweep(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], 
         return [_job_return(s, None) for s in specs]
     print(f"resume: resubmitted {len(todo)} point(s) as {arrays_phrase(job_ids)}: {what}")
     print(f"  left alone: {left}; sweep folder {sweep_dir}")
-    print(f"  watch: python launch/status.py {sweep_dir} --watch")
+    print(f"  watch: {kit_command('status', f'{sweep_dir} --watch')}")
     if wait:
         _wait(todo, job_ids, before)
     return [_job_return(s, None) for s in specs]

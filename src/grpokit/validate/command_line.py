@@ -34,7 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpokit.config.overrides import flat_base
 from grpokit.config.schema import LAUNCHER_ELSEWHERE, ClusterConf, SidecarConf, rename_deprecated
-from grpokit.paths import CONFIG_DIR
+from grpokit.paths import CONFIG_DIR, kit_command
 from grpokit.validate.problems import Problem
 from grpokit.validate.verl_check import _open_parent, suggest
 
@@ -131,7 +131,7 @@ def kit_suggest(cfg: DictConfig, key: str) -> str:
             return f"{leaf} is a key of {parent}={' / '.join(options)}: add {parent}={options[0]}"
     if siblings:
         return f"{parent or 'the config'} has: {', '.join(sorted(siblings)[:12])}"
-    return f"{parent} does not exist either (python launch/sweep.py --cfg job shows the config)"
+    return f"{parent} does not exist either ({kit_command('sweep', '--cfg job')} shows the config)"
 
 
 def _sets(yaml_text: str, key: str) -> bool:

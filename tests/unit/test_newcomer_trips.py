@@ -343,3 +343,24 @@ def test_fix_hints_name_the_command_a_wheel_install_has(monkeypatch, bare_point,
     assert download_hint(tiny) == "grpokit make-tiny-model --out /m/tiny"
     hub = bare_point(tmp_path, model={"hub_id": "Qwen/X", "path": "/m/x"}, kit_overrides=["model=x"])
     assert download_hint(hub).startswith("grpokit download model=x  (fetches Qwen/X")
+
+
+def test_readme_gives_the_lean_cpu_install_with_the_makefiles_torch_pin():
+    import importlib.util
+    import re
+
+    found = importlib.util.spec_from_file_location(
+        "readme_commands", REPO / "tests" / "integration" / "test_readme_commands.py"
+    )
+    readme = importlib.util.module_from_spec(found)
+    sys.modules.setdefault("readme_commands", readme)  # its dataclasses look their module up
+    readme.__name__ = "readme_commands"
+    found.loader.exec_module(readme)
+    commands = readme.shell_commands(REPO / "README.md")
+    (torch_cpu,) = [c for c in commands if c.text.startswith("pip install torch")]
+    pin = re.search(r"install -q (torch==\S+)\)", (REPO / "Makefile").read_text()).group(1)
+    assert torch_cpu.text.split()[2] == pin  # the build `make install` pins on a machine without a GPU
+    assert "--index-url https://download.pytorch.org/whl/cpu" in torch_cpu.text
+    assert torch_cpu.skip == "needs internet"  # the README test does not reinstall torch
+    following = commands[commands.index(torch_cpu) + 1]
+    assert following.text.startswith("pip install .") and "[train]" not in following.text.split("#")[0]

@@ -364,3 +364,21 @@ def test_readme_gives_the_lean_cpu_install_with_the_makefiles_torch_pin():
     assert torch_cpu.skip == "needs internet"  # the README test does not reinstall torch
     following = commands[commands.index(torch_cpu) + 1]
     assert following.text.startswith("pip install .") and "[train]" not in following.text.split("#")[0]
+
+
+@pytest.mark.parametrize(
+    ("status", "says"),
+    [
+        ({"state": "skipped_no_gpu", "last_step": None}, "the point never trained (skipped_no_gpu"),
+        ({"state": "failed", "last_step": None}, "has not trained a step yet (state failed"),
+        ({"state": "completed", "last_step": 4}, "trainer.save_freq > 0"),
+    ],
+)
+def test_merge_without_a_checkpoint_says_why(tmp_path, status, says):
+    run = tmp_path / "sw" / "000_lr-0"
+    run.mkdir(parents=True)
+    (run / "status.json").write_text(json.dumps(status))
+    out = subprocess.run([GRPOKIT, "merge", str(run)], env=_env(), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert says in out.stderr, out.stderr
+    assert ("save_freq" in out.stderr) == (status["state"] == "completed")  # not blamed when it never trained

@@ -382,3 +382,18 @@ def test_merge_without_a_checkpoint_says_why(tmp_path, status, says):
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert says in out.stderr, out.stderr
     assert ("save_freq" in out.stderr) == (status["state"] == "completed")  # not blamed when it never trained
+
+
+def test_a_launch_script_without_the_kit_says_how_to_get_it(tmp_path):
+    # A Python without the kit (the venv not active), from another folder.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    out = subprocess.run(
+        [sys.executable, "-S", str(REPO / "launch" / "status.py"), "x"],  # -S: no site-packages, no kit
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert "No module named 'grpokit'" in out.stderr and "source .venv/bin/activate" in out.stderr
+    assert "pip install" in out.stderr and len(out.stderr.strip().splitlines()) == 1

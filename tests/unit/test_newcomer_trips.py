@@ -397,3 +397,24 @@ def test_a_launch_script_without_the_kit_says_how_to_get_it(tmp_path):
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert "No module named 'grpokit'" in out.stderr and "source .venv/bin/activate" in out.stderr
     assert "pip install" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_resume_refuses_a_changed_value_before_validating(kit, kit_overrides, tmp_path, monkeypatch, capsys):
+    import grpokit.submit.sweep as sweep_mod
+    from grpokit.cli import sweep
+
+    first = kit.run(
+        "sweep.py", ["-m", *kit_overrides, "sweep_name=res", "dry_run=true", "verl.data.train_batch_size=8"]
+    )
+    assert first.returncode == 0, first.stderr[-2000:]
+    (tmp_path / "logs" / "res" / "submissions.jsonl").write_text("")  # as a submitted sweep's folder holds
+
+    def validated(specs):
+        raise AssertionError("validated before the resume check")
+
+    monkeypatch.setenv("GRPOKIT_VALIDATE_IN_PROCESS", "1")
+    monkeypatch.setattr(sweep_mod, "validate_points", validated)
+    code = sweep.entry(["-m", *kit_overrides, "sweep_name=res", "resume=true", "verl.data.train_batch_size=16"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "resume=true refused" in err and "verl.data.train_batch_size: 8 -> 16" in err, err

@@ -319,6 +319,8 @@ def launch_sweep(
         chained = chain.plan_of(first.get("after"), first.get("chain"), specs, swept_keys(job_overrides), bool(plan))
     except chain.ChainError as exc:
         _refuse(str(exc))
+    if opts["resume"] and folder_state(opts["logs_root"] / opts["name"]) == "sweep":
+        _check_resume(opts["logs_root"] / opts["name"], specs)  # a changed value: refused before validating
     try:
         validate_points(specs)
         check_picklable(specs)

@@ -216,6 +216,7 @@ def test_status_json_output(sweep, slurm, capsys):
         "val_acc",
         "elapsed_s",
         "eta_s",
+        "rehearsal",  # rehearse=true (issue 25)
     }
     assert not math.isnan(rows[5]["elapsed_s"])
 

@@ -7,7 +7,7 @@ and is shown skipped_no_gpu, not completed); the table shows the first line of s
 reason, --json all of it. Under successive halving a point that trained to a rung shows
 waiting_rung until the controller ranks the rung.
 --json prints a JSON list, one object per point: index, name, swept, job_id, state, reason,
-attempts, step, target_step, last_reward, val_acc, elapsed_s, eta_s (null when unknown).
+attempts, step, target_step, last_reward, val_acc, elapsed_s, eta_s (null when unknown), rehearsal.
 Each row has a progress bar (steps done / target) and, for a running point, its ETA: the steps left
 times the median of verl's measured ``timing_s/step`` over its last 5 steps. --watch redraws the
 table in place every SECONDS and ends once every point is final (none queued, running or

@@ -19,6 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 from grpokit.config.explicit import raise_unresolvable, refuse_replaced, typed_verl_keys
 from grpokit.config.overrides import format_value, verl_overrides
 from grpokit.config.schema import ClusterConf, RuntimeConf, SidecarConf, section_notices, sidecar_settings
+from grpokit.rehearsal import TRAINER_CMD as REHEARSAL_TRAINER_CMD
 
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -197,6 +198,10 @@ def build_point(
     }
     refuse_replaced(cfg, name, typed, derived)
     sections, deprecations = _typed_sections(cfg, name, kit_overrides)
+    if cfg.get("rehearse"):  # grpokit.rehearsal: the stand-in trainer, on any node
+        sections["runtime"] = dataclasses.replace(
+            sections["runtime"], trainer_cmd=list(REHEARSAL_TRAINER_CMD), needs_gpu=False, rehearsal=True
+        )
     for key in ("trainer.project_name", "trainer.experiment_name"):
         if key in typed:  # honoured: the user's names for verl's loggers
             derived[key] = OmegaConf.select(cfg, f"verl.{key}")

@@ -304,6 +304,9 @@ class RuntimeConf(_Section):
     pruning: dict[str, Any] | None = dataclasses.field(default_factory=dict)
     # Extra environment for the trainer and Ray workers (exported before Ray starts).
     env: dict[str, str] = dataclasses.field(default_factory=dict)
+    # Set by rehearse=true (grpokit.rehearsal): the trainer is the kit's stand-in, its metrics are
+    # made up; status.json, the manifest, status and report say `rehearsal`.
+    rehearsal: bool = False
 
     def problems(self, point: str) -> list:
         """Values the job could not use (one Problem each; the watchdog's and Ray's sizing keys)."""

@@ -118,7 +118,8 @@ def plot_heatmap(report: SweepReport, path: Path, x_key: str, y_key: str, value:
             cell = f"{v:.3f}" if len(steps) <= 1 else f"{v:.3f}\n{at.iat[i, j]}"  # steps differ: each cell's
             ax.text(j, i, cell, ha="center", va="center", color="w", fontsize=8)
     fig.colorbar(im, ax=ax, label=value)
-    ax.set_title(f"{value} ({report.sweep.name}){steps_note(steps)}")
+    rehearsal = "REHEARSAL (made-up metrics): " if getattr(report.sweep, "rehearsal", False) else ""
+    ax.set_title(f"{rehearsal}{value} ({report.sweep.name}){steps_note(steps)}")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

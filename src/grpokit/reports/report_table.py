@@ -75,6 +75,7 @@ def collect_report(sweep: Sweep, ask_slurm: bool = True, now: datetime | None = 
             record = chained.get(p.name)
             row.update(chain_columns(record, p.run_dir, state, states.get((record or {}).get("job_id") or "")))
         row["reason"] = rung_reason(p, final_target) if state == WAITING_RUNG else point_reason(p, slurm, state)
+        row["rehearsal"] = sweep.rehearsal  # rehearse=true: the stand-in trainer's made-up metrics
         row["job_id"] = p.job_id
         row["run_dir"] = str(p.run_dir)
         rows.append(row)
@@ -102,7 +103,13 @@ def write_tables(report: SweepReport, out_dir: Path) -> tuple[Path, Path]:
     # Format cells ourselves: tabulate would re-parse ids such as "999999" as numbers.
     cells = report.table[md_cols].map(_md_cell)
     body = cells.to_markdown(index=False, disable_numparse=True)
-    md_path.write_text(f"# Sweep {report.sweep.name}\n\n{body}\n")
+    rehearsal = (
+        "\n\n**Rehearsal** (rehearse=true): the kit's stand-in trainer ran instead of verl's; the metrics are "
+        "made up, only the Slurm path (jobs, checkpoints, requeues) is real."
+        if report.sweep.rehearsal
+        else ""
+    )
+    md_path.write_text(f"# Sweep {report.sweep.name}{' (rehearsal)' if rehearsal else ''}{rehearsal}\n\n{body}\n")
     return csv_path, md_path
 
 

@@ -134,6 +134,8 @@ def collect_rows(sweep: Sweep, now: datetime | None = None) -> list[StatusRow]:
     states = job_states([p.job_id for p in sweep.points if p.job_id] + chain_job_ids(chain))
     final = halving_final_target(sweep.path)
     rows = [status_row(p, states.get(p.job_id) if p.job_id else None, now, final) for p in sweep.points]
+    for row in rows:
+        row.extra["rehearsal"] = sweep.rehearsal
     if chain is not None:
         for p, row in zip(sweep.points, rows, strict=True):
             record = (chain.get("points") or {}).get(p.name)
@@ -144,7 +146,8 @@ def collect_rows(sweep: Sweep, now: datetime | None = None) -> list[StatusRow]:
 
 
 def row_json(row: StatusRow) -> dict:
-    """A row as plain JSON values (NaN -> None): the objects ``status.py --json`` prints."""
+    """A row as plain JSON values (NaN -> None): the objects ``status.py --json`` prints (``rehearsal``:
+    the sweep ran the stand-in trainer, rehearse=true)."""
 
     def clean(v):
         return None if isinstance(v, float) and math.isnan(v) else v
@@ -163,6 +166,7 @@ def row_json(row: StatusRow) -> dict:
         "val_acc": clean(row.val_acc),
         "elapsed_s": clean(row.elapsed_s),
         "eta_s": clean(row.eta_s),
+        "rehearsal": bool(row.extra.get("rehearsal")),
         **({k: row.extra[k] for k in ("chain", "chain_reason")} if "chain" in row.extra else {}),
     }
 
@@ -269,8 +273,12 @@ def render_table(sweep: Sweep, rows: list[StatusRow], width: int | None = None) 
             if sum(fixed(c) + style[1] for c in cols) + style[2] + REASON_MIN + style[1] <= width:
                 break
     table_box, per, edge = chosen
+    rehearsal = " - REHEARSAL: stand-in trainer, made-up metrics" if sweep.rehearsal else ""
     table = Table(
-        title=f"sweep {sweep.name} ({len(rows)} points)", expand=False, box=table_box, pad_edge=table_box is not None
+        title=f"sweep {sweep.name} ({len(rows)} points){rehearsal}",
+        expand=False,
+        box=table_box,
+        pad_edge=table_box is not None,
     )
     for col in cols:
         # A set width: rich shrinks only the reason column (no set width) to fit the terminal; a

@@ -85,8 +85,10 @@ class StatusFile:
         self.data["updated"] = now()
         write_json_atomic(self.path, self.data)
 
-    def start_attempt(self, *, target_step: int | None, slurm: dict[str, Any]) -> int:
-        """Open a new attempt (closing a previous one that a kill left open) and mark ``running``."""
+    def start_attempt(self, *, target_step: int | None, slurm: dict[str, Any], rehearsal: bool = False) -> int:
+        """Open a new attempt (closing a previous one that a kill left open) and mark ``running``;
+        ``rehearsal``: the point runs the kit's stand-in trainer (``rehearse=true``), recorded as
+        ``"rehearsal": true``."""
         attempts = self.data["attempts"]
         if attempts and not attempts[-1].get("end"):
             # The previous attempt never closed: its process was killed (SIGKILL after KillWait,
@@ -94,6 +96,8 @@ class StatusFile:
             attempts[-1].update(end=now(), ended_by=EndedBy.KILLED.value, slurm_state="requeued")
         attempts.append({"attempt": len(attempts) + 1, "start": now(), "end": None, "ended_by": None})
         self.data.update(state=PointState.RUNNING.value, reason="", target_step=target_step, slurm=slurm)
+        if rehearsal:
+            self.data["rehearsal"] = True
         self.save()
         return len(attempts)
 

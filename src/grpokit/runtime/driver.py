@@ -156,7 +156,9 @@ class Driver:
         self._install_signals()
         self.host.start_signal_relay(AttemptFolder(self.attempt_dir).signal_relay_log)
         control.reset(self.ctl)
-        status.start_attempt(target_step=self._target_step(), slurm=self.host.slurm_info())
+        status.start_attempt(
+            target_step=self._target_step(), slurm=self.host.slurm_info(), rehearsal=self.spec.runtime.rehearsal
+        )
         self._attempt_open = True
         if self.resubmission is not None:
             status.data["resubmission"] = self.resubmission
@@ -552,7 +554,9 @@ class Driver:
         status = self.status
         try:
             if not self._attempt_open:
-                status.start_attempt(target_step=self._target_step(), slurm=self.host.slurm_info())
+                status.start_attempt(
+                    target_step=self._target_step(), slurm=self.host.slurm_info(), rehearsal=self.spec.runtime.rehearsal
+                )
             if outcome.target_step is not None and status.data.get("target_step") is None:
                 status.data["target_step"] = outcome.target_step  # verl's own count
             try:

@@ -279,7 +279,7 @@ def sweep_options(first: DictConfig, job_overrides: list[list[str]]) -> dict[str
 
 
 # One value per sweep command: the folder settings, and use_live_code (one code snapshot per sweep folder).
-_COMMAND_KEYS = ("sweep_name", "resume", "dry_run", "wait", "logs_root", "use_live_code")
+_COMMAND_KEYS = ("sweep_name", "resume", "dry_run", "wait", "logs_root", "use_live_code", "rehearse")
 
 
 def _refuse(message: str, code: int = 2) -> NoReturn:

@@ -34,7 +34,7 @@ Main keys (key=value; a,b,c sweeps a key with -m):
   halving.rungs=[2,4]       successive halving: train every point to 2 steps, keep the best
                             halving.keep=0.5 by halving.metric=val_acc (halving.mode=max), and so on
   use_live_code=true        jobs import the live code instead of the sweep's snapshot in <sweep>/code
-  rehearse=true             rehearse the sweep on CPU nodes: the same Slurm path (arrays, sidecars,
+  rehearse=true             rehearse the sweep without CUDA: the same Slurm path (arrays, sidecars,
                             Ray, checkpoints, requeues) with the kit's stand-in for verl's trainer
   runtime.pruning.<rule>=v  stop a point on RL failure signs (kl_max, entropy_min, reward_stuck_at,
                             nonfinite_steps); runtime.pruning=null turns the rules off

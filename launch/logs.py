@@ -2,7 +2,7 @@
 
 import sys
 
-from grpokit.cli import shim
+from _shim import run  # launch/_shim.py: a hint when the kit is not installed in this Python
 
 if __name__ == "__main__":
-    sys.exit(shim("logs"))
+    sys.exit(run("logs"))

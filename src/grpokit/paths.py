@@ -81,3 +81,20 @@ def package_file(relative: str) -> Path:
     if not path.exists():
         raise FileNotFoundError(f"{relative} is not a file of the grpokit package ({PACKAGE_DIR})")
     return path
+
+
+def kit_command(command: str, args: str = "") -> str:
+    """How the user types the kit's ``command`` (``prepare-data``, ``status``, ...) here, for fix hints.
+
+    In a checkout (its ``launch/<module>.py`` shim exists): ``python launch/prepare_data.py <args>``,
+    as the README writes it; a wheel installed outside a checkout has no ``launch/``:
+    ``grpokit prepare-data <args>`` (the console script, ``[project.scripts]``).
+    """
+    root = _checkout_root()
+    module = command.replace("-", "_")
+    typed = (
+        f"python launch/{module}.py"
+        if root is not None and (root / "launch" / f"{module}.py").is_file()
+        else f"grpokit {command}"
+    )
+    return f"{typed} {args}".rstrip()

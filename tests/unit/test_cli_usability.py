@@ -93,10 +93,10 @@ def _status_text(folder: Path, width: int | None) -> str:
     return buf.getvalue()
 
 
-def test_status_table_keeps_point_state_step_and_job_whole_at_80_120_200_and_piped(tmp_path):
+def test_status_table_keeps_point_state_step_and_job_whole_at_80_100_120_200_and_piped(tmp_path):
     folder = make_sweep(tmp_path / "sw", 4)
     names = [f"{i:03d}_train_batch_size-{8 * (i + 1)}_lr-1e-06" for i in range(4)]
-    for width in (80, 120, 200, None):
+    for width in (80, 100, 120, 200, None):
         text = _status_text(folder, width)
         lines = text.splitlines()
         if width is not None:
@@ -106,13 +106,21 @@ def test_status_table_keeps_point_state_step_and_job_whole_at_80_120_200_and_pip
 
         states = ["skipped_no_gpu", "running", "failed", "not submitted"]
         for i, (name, state) in enumerate(zip(names, states, strict=True)):
-            row = next(line for line in lines if name in line)  # the name whole, on one line
+            # the name whole on one line; when narrow, its NNN prefix and the swept values in their columns
+            whole = width is None or width >= 200
+            row = next(line for line in lines if (name if whole else f"{i:03d} ") in line)
+            if not whole:
+                assert f" {8 * (i + 1)} " in row and "1e-06" in row, (width, row)
             assert state in row and f"123456_{i}" in row and "12/200" in row, (width, row)
             if width is None:
                 assert row.rstrip(" │").endswith("fsdp.py:123"), row  # piped: the reason whole too
             else:
                 assert "…" in row  # the reason cut with an ellipsis
     assert "progress" not in _status_text(folder, 80) and "progress" in _status_text(folder, 200)
+    # issue 25: at 100 columns progress, reward, attempts and the swept keys all stay
+    header_100 = " ".join(_status_text(folder, 100).splitlines()[1:5])
+    for column in ("progress", "reward", "att", "lr", "batch_size"):
+        assert column in header_100, (column, header_100)
 
 
 def test_a_sweep_named_by_its_name_is_found_under_the_projects_logs(tmp_path, monkeypatch):

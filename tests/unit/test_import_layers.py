@@ -4,7 +4,8 @@ Read from the source (every ``import`` and ``from ... import``, at module level 
 functions: a deferred import is still a dependency), not by importing. The layers, lowest first
 (ARCHITECTURE.md draws them):
 
-0. ``paths``, ``problems``, ``procs``, ``models``: leaves (files, the Problem record, process trees, the smoke model)
+0. ``paths``, ``problems``, ``procs``, ``models``, ``rehearsal``: leaves (files, the Problem record,
+   process trees, the smoke model, the rehearsal trainer)
 1. ``config``, ``slurm``: the typed settings and composed points; every Slurm fact and command
 2. ``run_folder``, ``validate``, ``serving``: the run-folder contract; checks before submission; `vllm serve`
 3. ``runtime``, ``tasks``, ``reports``: the in-job driver; the workloads; tables and plots
@@ -21,7 +22,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 LAYERS = [
-    {"paths", "problems", "procs", "models"},
+    {"paths", "problems", "procs", "models", "rehearsal"},
     {"config", "slurm"},
     {"run_folder", "validate", "serving"},
     {"runtime", "tasks", "reports"},

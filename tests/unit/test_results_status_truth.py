@@ -139,7 +139,8 @@ def test_the_jobs_own_final_state_wins_over_slurms(sweep, slurm):
 def test_reason_column_is_the_first_line_of_the_jobs_reason(sweep, slurm):
     rows = {r.index: r for r in collect_rows(load_sweep(sweep))}
     assert rows[0].reason == SKIPPED_REASON
-    assert rows[2].reason == "trainer exited with 1; last lines of trainer.log:"
+    # the row (and --json) keeps the whole reason; the table shows its first line (issue 25)
+    assert rows[2].reason == "trainer exited with 1; last lines of trainer.log:\nTraceback ...\nOOM"
     assert rows[3].reason.startswith("Slurm says COMPLETED, but the job recorded running")
     assert rows[4].reason == "cancelled while pending"  # "old failure" belongs to the replaced job
     console = Console(width=250, record=True)
@@ -217,6 +218,7 @@ def test_status_json_output(sweep, slurm, capsys):
         "eta_s",
         "startup_s",
         "startup",
+        "rehearsal",  # rehearse=true (issue 25)
     }
     assert rows[0]["startup_s"] is None and rows[0]["startup"] is None  # no startup.json written
     assert not math.isnan(rows[5]["elapsed_s"])

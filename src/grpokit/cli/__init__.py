@@ -67,7 +67,21 @@ def _run(module: str, argv: list[str]) -> int:
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
     except BrokenPipeError:
         return _closed_stdout()
+    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's status for SIGINT (128 + 2), no traceback
+        print(f"\n{_interrupted(module)}", file=sys.stderr)
+        return 130
     return code
+
+
+def _interrupted(module: str) -> str:
+    """The line a Ctrl-C leaves: for ``sweep``, whether anything reached Slurm (or ran here)."""
+    if module != "sweep":
+        return "interrupted"
+    sweep = sys.modules.get("grpokit.submit.sweep")
+    folder = getattr(sweep, "submitting_into", None)
+    if folder is None:
+        return "interrupted; nothing submitted"
+    return f"interrupted while submitting; see what reached Slurm with: grpokit status {folder}"
 
 
 def _closed_stdout() -> int:

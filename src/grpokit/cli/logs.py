@@ -7,7 +7,8 @@
 
 Reads the run folder only (docs/run-folder.md: ``attempts/<k>/driver.log``, ``trainer.log``,
 ``sidecars/<name>.log``). Following prints each new line as ``[<log>] line``, moves on to the next
-attempt when the point is requeued, and ends once ``status.json`` is final (Ctrl-C ends it too).
+attempt when the point is requeued (or continues to the next rung of successive halving), and ends
+once ``status.json`` is final (Ctrl-C ends it too).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from grpokit.run_folder import FINAL_STATES, AttemptFolder, RunFolder, SweepFolder
 from grpokit.run_folder.locate import sweep_folder_arg
 from grpokit.run_folder.metrics import attempt_dirs
+from grpokit.run_folder.point_state import below_final_target, halving_final_target
 from grpokit.run_folder.status import read_status
 
 KINDS = ("driver", "trainer", "sidecars")
@@ -96,8 +98,12 @@ def show(run_dir: Path, only: tuple[str, ...], n: int, out=sys.stdout) -> int:
 
 
 def _final(run_dir: Path) -> bool:
+    """The point's status.json is final and its last attempt closed; under successive halving a
+    point ``completed`` at a rung is not (the controller continues or prunes it: ``waiting_rung``)."""
     status = read_status(run_dir) or {}
     attempts = status.get("attempts") or []
+    if status.get("state") == "completed" and below_final_target(status, halving_final_target(run_dir.parent)):
+        return False
     return status.get("state") in FINAL_STATES and bool(attempts) and bool(attempts[-1].get("end"))
 
 

@@ -82,7 +82,13 @@ def main(argv: list[str]) -> int:
 
 def entry(argv: list[str] | None = None) -> int:
     """``grpokit run ...`` / ``python launch/run.py ...``; returns the exit status."""
-    return main(sys.argv[1:] if argv is None else list(argv))
+    args = sys.argv[1:] if argv is None else list(argv)
+    if "--help" in args or "-h" in args:  # Hydra's grammar has no flags: the usage, not a parse error
+        print("usage: grpokit run [group=option ...] [key=value ...]   (python launch/run.py ...)\n")
+        print((__doc__ or "").strip())
+        print("\nThe overrides are the sweep's (grpokit sweep --help lists groups and keys), one value each.")
+        return 0
+    return main(args)
 
 
 if __name__ == "__main__":

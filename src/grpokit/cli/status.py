@@ -3,12 +3,15 @@
 Usage: python launch/status.py logs/<sweep_name> [--watch [SECONDS]] [--json]
 Reads only the sweep folder (docs/run-folder.md) and Slurm's client commands. The state a job
 recorded for itself (status.json) wins over Slurm's final word (a job that skipped training exits 0
-and is shown skipped_no_gpu, not completed); the reason is the first line of status.json's reason.
+and is shown skipped_no_gpu, not completed); the table shows the first line of status.json's
+reason, --json all of it. Under successive halving a point that trained to a rung shows
+waiting_rung until the controller ranks the rung.
 --json prints a JSON list, one object per point: index, name, swept, job_id, state, reason,
-attempts, step, target_step, last_reward, val_acc, elapsed_s, eta_s (null when unknown).
+attempts, step, target_step, last_reward, val_acc, elapsed_s, eta_s (null when unknown), rehearsal.
 Each row has a progress bar (steps done / target) and, for a running point, its ETA: the steps left
 times the median of verl's measured ``timing_s/step`` over its last 5 steps. --watch redraws the
-table in place every SECONDS. In a terminal, point, job, state and step are never cut, the reason
+table in place every SECONDS and ends once every point is final (none queued, running or
+waiting_rung, nor a chained job). In a terminal, point, job, state and step are never cut, the reason
 takes what is left (cut with an ellipsis) and low-value columns (swept values, progress bar, ...)
 are left out when narrow; piped (not a terminal), every column and value is printed whole.
 """
@@ -34,10 +37,18 @@ log = logging.getLogger(__name__)
 PIPED_WIDTH = 100_000  # columns of the console when stdout is not a terminal: nothing is cut
 
 
+#: Status words after which a point may still change by itself (a live job, a halving rung being
+#: ranked); ``--watch`` ends once no point (nor its chained job) is in one.
+LIVE_WORDS = frozenset({"queued", "running", "waiting_rung"})
+
+
 def build(sweep_dir: Path, width: int | None = None):
-    """The table for a terminal of ``width`` columns; None: not a terminal, every value whole."""
+    """The table for a terminal of ``width`` columns (None: not a terminal, every value whole), and
+    whether every point is final (none in :data:`LIVE_WORDS`, nor its chained job)."""
     sweep = load_sweep(sweep_dir)
-    return render_table(sweep, collect_rows(sweep), width)
+    rows = collect_rows(sweep)
+    final = not any(r.state in LIVE_WORDS or r.extra.get("chain") in LIVE_WORDS for r in rows)
+    return render_table(sweep, rows, width), final
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         const=10.0,
         default=None,
         metavar="SECONDS",
-        help="refresh every SECONDS (default 10) until Ctrl-C",
+        help="refresh every SECONDS (default 10) until every point is final (or Ctrl-C)",
     )
     parser.add_argument(
         "--width",
@@ -77,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps([row_json(r) for r in rows], indent=2, default=str))
         return 0
     try:
-        table = build(args.sweep_dir, table_width())
+        table, final = build(args.sweep_dir, table_width())
     except (FileNotFoundError, ValueError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2
@@ -86,11 +97,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         with Live(table, console=console, refresh_per_second=1, screen=False) as live:
-            while True:
+            while not final:
                 time.sleep(args.watch)
-                live.update(build(args.sweep_dir, table_width()))
+                table, final = build(args.sweep_dir, table_width())
+                live.update(table)
     except KeyboardInterrupt:
         return 0
+    console.print("every point is final")
+    return 0
 
 
 def entry(argv: list[str] | None = None) -> int:

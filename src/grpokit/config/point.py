@@ -20,6 +20,7 @@ from grpokit.config.explicit import raise_unresolvable, refuse_replaced, typed_v
 from grpokit.config.overrides import format_value, verl_overrides
 from grpokit.config.schema import ClusterConf, RuntimeConf, SidecarConf, section_notices, sidecar_settings
 from grpokit.problems import Problem, SweepValidationError
+from grpokit.rehearsal import TRAINER_CMD as REHEARSAL_TRAINER_CMD
 
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -197,10 +198,14 @@ def build_point(
     }
     refuse_replaced(cfg, name, typed, derived)
     sections, deprecations = _typed_sections(cfg, name, kit_overrides)
+    if cfg.get("rehearse"):  # grpokit.rehearsal: the stand-in trainer, on any node
+        sections["runtime"] = dataclasses.replace(
+            sections["runtime"], trainer_cmd=list(REHEARSAL_TRAINER_CMD), needs_gpu=False, rehearsal=True
+        )
     for key in ("trainer.project_name", "trainer.experiment_name"):
         if key in typed:  # honoured: the user's names for verl's loggers
             derived[key] = OmegaConf.select(cfg, f"verl.{key}")
-    runtime_overrides = [f"{k}={v}" for k, v in derived.items()]
+    runtime_overrides = [f"{k}={format_value(v)}" for k, v in derived.items()]  # quoted as verl parses them
     runtime_keys = set(derived)
     try:
         emitted = [o for o in verl_overrides(cfg) if o.lstrip("+").split("=", 1)[0] not in runtime_keys]

@@ -433,6 +433,10 @@ class RuntimeConf(_Section):
     # the command line is added to these (runtime.env.NAME=value); runtime.env={} drops them.
     env: dict[str, str] = dataclasses.field(default_factory=lambda: dict(TRAINER_ENV))
 
+    # Set by rehearse=true (grpokit.rehearsal): the trainer is the kit's stand-in, its metrics are
+    # made up; status.json, the manifest, status and report say `rehearsal`.
+    rehearsal: bool = False
+
     def __post_init__(self) -> None:
         if self.pruning is not None and not isinstance(self.pruning, PruningRules):
             self.pruning = PruningRules.of(self.pruning)

@@ -27,6 +27,18 @@ Main keys (key=value; a,b,c sweeps a key with -m):
   dry_run=true              validate every point and write each one's verl command and Slurm
                             request to <sweep folder>/dry_run.md; submit nothing
   wait=true                 block until every point is final
+  resume=true               re-use sweep_name's folder: refused when a point's settings changed,
+                            else resubmits the points not completed/queued/running (from checkpoints)
+  after=[merge,eval]        per point, a job chained after it: merge its checkpoint, compare base
+                            and trained model on the test file (chain.* its settings)
+  halving.rungs=[2,4]       successive halving: train every point to 2 steps, keep the best
+                            halving.keep=0.5 by halving.metric=val_acc (halving.mode=max), and so on
+  use_live_code=true        jobs import the live code instead of the sweep's snapshot in <sweep>/code
+  rehearse=true             rehearse the sweep without CUDA: the same Slurm path (arrays, sidecars,
+                            Ray, checkpoints, requeues) with the kit's stand-in for verl's trainer
+  runtime.pruning.<rule>=v  stop a point on RL failure signs (kl_max, entropy_min, reward_stuck_at,
+                            nonfinite_steps); runtime.pruning=null turns the rules off
+  runtime.wandb_mode        online | offline | disabled (with verl.trainer.logger=[console,wandb])
   runtime.max_timeout_requeues, runtime.save_deadline_s, runtime.ray_start_timeout_s
 """
 

@@ -12,7 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from grpokit.paths import kit_command
 from grpokit.run_folder.layout import CHECKPOINTS, HF_DIR
+from grpokit.run_folder.status import read_status
 from grpokit.runtime.checkpoints import CheckpointInfo, inspect_checkpoint, list_checkpoints
 
 log = logging.getLogger(__name__)
@@ -20,6 +22,24 @@ log = logging.getLogger(__name__)
 
 class CheckpointError(RuntimeError):
     """No usable checkpoint: the message lists what is missing and how to proceed."""
+
+
+def _why_no_checkpoint(run_dir: Path) -> str:
+    """Why a run folder holds no checkpoint, from its ``status.json``: it never trained, has not
+    trained a step yet, or (it trained) saving was off."""
+    try:
+        status = read_status(run_dir, pending_if_missing=False) or {}
+    except ValueError:  # a damaged status.json: nothing known
+        status = {}
+    state = status.get("state")
+    if state == "skipped_no_gpu":
+        return (
+            "the point never trained (skipped_no_gpu: its node had no GPU; every stage but training ran). "
+            f"Resubmit it to a GPU partition: {kit_command('resubmit', str(run_dir.parent))}"
+        )
+    if state is not None and not status.get("last_step"):
+        return f"the point has not trained a step yet (state {state}; see {kit_command('logs', str(run_dir))})"
+    return "the run saves only with trainer.save_freq > 0 (and at its last step)"
 
 
 def choose_checkpoint(run_dir: Path, step: int | None = None) -> CheckpointInfo:
@@ -31,9 +51,7 @@ def choose_checkpoint(run_dir: Path, step: int | None = None) -> CheckpointInfo:
     ckpt_dir = run_dir / CHECKPOINTS
     infos = list_checkpoints(ckpt_dir)
     if not infos:
-        raise CheckpointError(
-            f"no checkpoints under {ckpt_dir}: the run saves only with trainer.save_freq > 0 (and at its last step)"
-        )
+        raise CheckpointError(f"no checkpoints under {ckpt_dir}: {_why_no_checkpoint(run_dir)}")
     if step is not None:
         chosen = next((i for i in infos if i.step == step), None)
         if chosen is None:

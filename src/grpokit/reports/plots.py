@@ -69,8 +69,36 @@ def _natural(value) -> tuple:
         return (1, 0.0, str(value))
 
 
+def value_steps(table: pd.DataFrame, value: str, x_key: str, y_key: str) -> tuple[list[int], pd.DataFrame]:
+    """The steps ``value`` was logged at (``final_acc:<src>``'s ``final_acc_step:<src>``), sorted,
+    and per heatmap cell its label (``@8``, ``@4,8`` when the points of a cell differ); ``[]`` and
+    an empty frame for a value without a step column."""
+    step_col = value.replace("final_acc:", "final_acc_step:", 1) if value.startswith("final_acc:") else None
+    if step_col is None or step_col not in table.columns:
+        return [], pd.DataFrame()
+    known = table.dropna(subset=[step_col])
+    steps = sorted({int(s) for s in known[step_col]})
+
+    def label(cell) -> str:
+        return "@" + ",".join(str(s) for s in sorted({int(x) for x in cell.dropna()}))
+
+    at = table.pivot_table(index=y_key, columns=x_key, values=step_col, aggfunc=label, dropna=False)
+    return steps, at.reindex(index=sorted(at.index, key=_natural), columns=sorted(at.columns, key=_natural))
+
+
+def steps_note(steps: list[int]) -> str:
+    """The title's note on the steps: ``, step 8`` or ``, steps differ: 4, 8, 12 (each cell: @step)``."""
+    if not steps:
+        return ""
+    if len(steps) == 1:
+        return f", step {steps[0]}"
+    return f"\nsteps differ: {', '.join(map(str, steps))} (each cell: @step)"
+
+
 def plot_heatmap(report: SweepReport, path: Path, x_key: str, y_key: str, value: str | None = None) -> Path | None:
     """Heatmap of final accuracy (default the first ``final_acc:<src>`` column) over two swept keys.
+    The title names the step the values come from; when points stopped at different steps (halving,
+    pruning, failures) it says so and each cell carries its ``@step``.
     Returns path, or None when no point logged validation accuracy."""
     value = value or first_acc_column(report.table)
     if value is None:
@@ -84,11 +112,14 @@ def plot_heatmap(report: SweepReport, path: Path, x_key: str, y_key: str, value:
     ax.set_yticks(range(len(grid.index)), [str(i) for i in grid.index])
     ax.set_xlabel(x_key)
     ax.set_ylabel(y_key)
+    steps, at = value_steps(report.table, value, x_key, y_key)
     for (i, j), v in np.ndenumerate(data):
         if not np.isnan(v):
-            ax.text(j, i, f"{v:.3f}", ha="center", va="center", color="w", fontsize=8)
+            cell = f"{v:.3f}" if len(steps) <= 1 else f"{v:.3f}\n{at.iat[i, j]}"  # steps differ: each cell's
+            ax.text(j, i, cell, ha="center", va="center", color="w", fontsize=8)
     fig.colorbar(im, ax=ax, label=value)
-    ax.set_title(f"{value} ({report.sweep.name})")
+    rehearsal = "REHEARSAL (made-up metrics): " if getattr(report.sweep, "rehearsal", False) else ""
+    ax.set_title(f"{rehearsal}{value} ({report.sweep.name}){steps_note(steps)}")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

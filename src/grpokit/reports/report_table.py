@@ -24,7 +24,7 @@ from grpokit.reports.summary import (
 )
 from grpokit.run_folder import startup_view
 from grpokit.run_folder.metrics import merge_attempts, val_acc_keys
-from grpokit.run_folder.point_state import point_state
+from grpokit.run_folder.point_state import WAITING_RUNG, at_rung, halving_final_target, point_state, rung_reason
 from grpokit.run_folder.sweep import Sweep
 from grpokit.slurm.states import job_states
 
@@ -49,7 +49,8 @@ def collect_report(sweep: Sweep, ask_slurm: bool = True, now: datetime | None = 
 
     Columns: ``index``, ``name``, each swept key, ``state``, ``attempts``, then
     :func:`grpokit.reports.summary.metrics_summary`'s keys (``last_step``, ``final_reward_mean``,
-    ``final_acc:<src>``, ``best_acc:<src>``, ``best_acc_step:<src>``, ``final_response_length``,
+    ``final_acc:<src>``, ``final_acc_step:<src>``, ``best_acc:<src>``, ``best_acc_step:<src>``,
+    ``final_response_length``,
     ``final_clip_ratio``, ``mean_step_s``, ``mean_<part>_s``, ``tokens_per_s``,
     ``throughput_per_gpu``), then ``gpu_hours`` (attempts that held GPUs for training only),
     ``startup_s`` (the latest attempt's job start -> first generation request, ``startup.json``), with
@@ -62,6 +63,7 @@ def collect_report(sweep: Sweep, ask_slurm: bool = True, now: datetime | None = 
     chained = (chain or {}).get("points") or {}
     ids = [p.job_id for p in sweep.points if p.job_id] + chain_job_ids(chain)
     states = job_states(ids) if ask_slurm and ids else {}
+    final_target = halving_final_target(sweep.path)  # a halving sweep: rungs are not the target
     rows: list[dict] = []
     curves: dict[int, pd.DataFrame] = {}
     startups: dict[int, str] = {}
@@ -70,7 +72,7 @@ def collect_report(sweep: Sweep, ask_slurm: bool = True, now: datetime | None = 
         df = merge_attempts(p.run_dir)
         row: dict = {"index": p.index, "name": p.name}
         row.update({k: p.swept.get(k) for k in sweep.swept_keys})
-        row["state"] = state = point_state(p, slurm)
+        row["state"] = state = at_rung(p, point_state(p, slurm), final_target)
         row["attempts"] = len(p.attempts)
         row.update(metrics_summary(df))
         row["gpu_hours"] = gpu_hours(p, slurm, now)
@@ -80,7 +82,8 @@ def collect_report(sweep: Sweep, ask_slurm: bool = True, now: datetime | None = 
         if chain is not None:
             record = chained.get(p.name)
             row.update(chain_columns(record, p.run_dir, state, states.get((record or {}).get("job_id") or "")))
-        row["reason"] = point_reason(p, slurm, state)
+        row["reason"] = rung_reason(p, final_target) if state == WAITING_RUNG else point_reason(p, slurm, state)
+        row["rehearsal"] = sweep.rehearsal  # rehearse=true: the stand-in trainer's made-up metrics
         row["job_id"] = p.job_id
         row["run_dir"] = str(p.run_dir)
         rows.append(row)
@@ -91,7 +94,9 @@ def collect_report(sweep: Sweep, ask_slurm: bool = True, now: datetime | None = 
     table = pd.DataFrame.from_records(rows)
     # Put the accuracy columns right after the reward, whatever order the points introduced them in.
     fixed_head = ["index", "name", *sweep.swept_keys, "state", "attempts", "last_step", "final_reward_mean"]
-    acc_cols = sorted(c for c in table.columns if c.split(":")[0] in ("final_acc", "best_acc", "best_acc_step"))
+    acc_cols = sorted(
+        c for c in table.columns if c.split(":")[0] in ("final_acc", "final_acc_step", "best_acc", "best_acc_step")
+    )
     tail = [c for c in table.columns if c not in fixed_head and c not in acc_cols]
     table = table[[c for c in fixed_head if c in table.columns] + acc_cols + tail]
     return SweepReport(sweep=sweep, table=table, curves=curves, startups=startups)
@@ -106,12 +111,19 @@ def write_tables(report: SweepReport, out_dir: Path) -> tuple[Path, Path]:
     # Format cells ourselves: tabulate would re-parse ids such as "999999" as numbers.
     cells = report.table[md_cols].map(_md_cell)
     body = cells.to_markdown(index=False, disable_numparse=True)
+    rehearsal = (
+        "\n\n**Rehearsal** (rehearse=true): the kit's stand-in trainer ran instead of verl's; the metrics are "
+        "made up, only the Slurm path (jobs, checkpoints, requeues) is real."
+        if report.sweep.rehearsal
+        else ""
+    )
     lines = [f"- {p.name}: {report.startups[p.index]}" for p in report.sweep.points if report.startups.get(p.index)]
     startup = ""
     if lines:
         startup = "\n## Start-up (latest attempt; seconds, job start -> first generation request)\n\n"
         startup += "\n".join(lines) + "\n"
-    md_path.write_text(f"# Sweep {report.sweep.name}\n\n{body}\n{startup}")
+    title = f"# Sweep {report.sweep.name}{' (rehearsal)' if rehearsal else ''}{rehearsal}"
+    md_path.write_text(f"{title}\n\n{body}\n{startup}")
     return csv_path, md_path
 
 

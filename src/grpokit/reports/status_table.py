@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -19,7 +20,7 @@ from rich.text import Text
 from grpokit.reports.summary import last_reward, point_reason
 from grpokit.run_folder import startup_view
 from grpokit.run_folder.metrics import merge_attempts, val_acc_keys
-from grpokit.run_folder.point_state import point_state
+from grpokit.run_folder.point_state import WAITING_RUNG, at_rung, halving_final_target, point_state, rung_reason
 from grpokit.run_folder.status import attempt_elapsed_s
 from grpokit.run_folder.sweep import Point, Sweep
 from grpokit.slurm.states import SlurmJobState, job_states
@@ -36,6 +37,7 @@ STATE_STYLE = {
     "cancelled": "dim",
     "skipped_no_gpu": "yellow",
     "pruned": "magenta",
+    "waiting_rung": "yellow",
     "not submitted": "dim",
     "unknown": "dim",
 }
@@ -45,7 +47,8 @@ STATE_STYLE = {
 class StatusRow:
     """One point's line. Steps are verl global steps; elapsed_s sums all attempts (seconds);
     val_acc is the last ``val-core/<src>/acc/mean@1`` of the first data source (NaN when none);
-    reason: one line saying why the point is in its state (:func:`grpokit.reports.summary.point_reason`)."""
+    reason: why the point is in its state, whole (:func:`grpokit.reports.summary.point_reason`; the
+    table shows its first line, ``--json`` all of it)."""
 
     index: int
     name: str
@@ -71,8 +74,11 @@ class StatusRow:
         return max(0.0, min(1.0, self.step / self.target_step))
 
 
-def status_row(point: Point, slurm: SlurmJobState | None, now: datetime | None = None) -> StatusRow:
-    """Build one point's row from its status.json, merged metrics and Slurm's answer."""
+def status_row(
+    point: Point, slurm: SlurmJobState | None, now: datetime | None = None, final_target: int | None = None
+) -> StatusRow:
+    """Build one point's row from its status.json, merged metrics and Slurm's answer; final_target:
+    a halving sweep's last target step (:func:`grpokit.run_folder.point_state.halving_final_target`)."""
     status = point.status or {}
     df = merge_attempts(point.run_dir)
     metric_step = int(df["step"].max()) if len(df) else None
@@ -88,7 +94,7 @@ def status_row(point: Point, slurm: SlurmJobState | None, now: datetime | None =
         elapsed = sum(attempt_elapsed_s(a, now) or 0.0 for a in attempts)
     elif slurm is not None and slurm.elapsed_s:
         elapsed = slurm.elapsed_s
-    state = point_state(point, slurm)
+    state = at_rung(point, point_state(point, slurm), final_target)
     step, target = (max(steps) if steps else None), status.get("target_step")
     return StatusRow(
         index=point.index,
@@ -102,7 +108,9 @@ def status_row(point: Point, slurm: SlurmJobState | None, now: datetime | None =
         last_reward=last_reward(df),
         val_acc=val_acc,
         elapsed_s=elapsed,
-        reason=point_reason(point, slurm, state),
+        reason=rung_reason(point, final_target)
+        if state == WAITING_RUNG
+        else point_reason(point, slurm, state, whole=True),
         eta_s=eta_s(df, step, target) if state == "running" else None,
         startup=startup_view.latest(point.run_dir, attempts),
     )
@@ -132,7 +140,10 @@ def collect_rows(sweep: Sweep, now: datetime | None = None) -> list[StatusRow]:
 
     chain = read_sweep_chain(sweep.path)
     states = job_states([p.job_id for p in sweep.points if p.job_id] + chain_job_ids(chain))
-    rows = [status_row(p, states.get(p.job_id) if p.job_id else None, now) for p in sweep.points]
+    final = halving_final_target(sweep.path)
+    rows = [status_row(p, states.get(p.job_id) if p.job_id else None, now, final) for p in sweep.points]
+    for row in rows:
+        row.extra["rehearsal"] = sweep.rehearsal
     if chain is not None:
         for p, row in zip(sweep.points, rows, strict=True):
             record = (chain.get("points") or {}).get(p.name)
@@ -143,7 +154,8 @@ def collect_rows(sweep: Sweep, now: datetime | None = None) -> list[StatusRow]:
 
 
 def row_json(row: StatusRow) -> dict:
-    """A row as plain JSON values (NaN -> None): the objects ``status.py --json`` prints."""
+    """A row as plain JSON values (NaN -> None): the objects ``status.py --json`` prints (``rehearsal``:
+    the sweep ran the stand-in trainer, rehearse=true)."""
 
     def clean(v):
         return None if isinstance(v, float) and math.isnan(v) else v
@@ -164,6 +176,7 @@ def row_json(row: StatusRow) -> dict:
         "eta_s": clean(row.eta_s),
         "startup_s": startup_s(row),
         "startup": startup_view.one_line(row.startup) or None,
+        "rehearsal": bool(row.extra.get("rehearsal")),
         **({k: row.extra[k] for k in ("chain", "chain_reason")} if "chain" in row.extra else {}),
     }
 
@@ -183,10 +196,30 @@ def _num(v: float, fmt: str = "{:.3f}") -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt.format(v)
 
 
-#: Columns dropped first when the terminal is narrow (the swept values are in the point's name,
-#: the progress bar repeats step/target). point, job, state, step and reason are always shown.
-DROP_ORDER = ("swept", "start-up", "progress", "att", "#", "ETA", "reward", "elapsed", "val acc", "chain")
+#: Columns dropped first when the terminal is narrow, the point's name still whole.
+LIGHT_DROPS = ("start-up", "ETA", "elapsed", "val acc", "chain")
+#: Then the name is cut to its ``NNN`` prefix (the swept values stay in their own columns), the
+#: progress bar narrows to 10, and these go, in this order. point, job, state, step and reason stay.
+HEAVY_DROPS = ("#", "progress", "reward", "att", "swept")
+DROP_ORDER = LIGHT_DROPS + HEAVY_DROPS
 REASON_MIN = 12  # the reason column's narrowest useful width (cut with an ellipsis)
+SWEPT_HEADER_MIN = 10  # a swept key's header folds onto lines of this width rather than widen its column
+
+
+def _folded(header: str, width: int = SWEPT_HEADER_MIN) -> str:
+    """A long key name on several lines, broken after its underscores (``train_batch_size`` ->
+    ``train_\nbatch_size``): a swept column is as wide as its values, not its key's name."""
+    lines: list[str] = []
+    for part in re.split(r"(?<=_)", header):
+        if lines and len(lines[-1]) + len(part) <= width:
+            lines[-1] += part
+        else:
+            lines.append(part)
+    return "\n".join(line for line in lines if line)
+
+
+def _short_name(name: str) -> str:
+    return name.split("_", 1)[0]
 
 
 def render_table(sweep: Sweep, rows: list[StatusRow], width: int | None = None) -> Table:
@@ -194,66 +227,77 @@ def render_table(sweep: Sweep, rows: list[StatusRow], width: int | None = None) 
     last reward, val acc, elapsed, ETA, (start-up: the latest attempt's seconds to its first
     generation request, when a point has one), (chain), reason (its first line).
 
-    width: the terminal's columns. point, job, state and step never shrink or wrap; reason takes
-    what is left (at least 12 columns, at most 60) and is cut with an ellipsis; the columns of
-    :data:`DROP_ORDER` are left out, in that order, until the table fits. None (output not a
-    terminal): every column, every value whole (the reason too)."""
+    width: the terminal's columns. job, state and step never shrink or wrap; reason takes what is
+    left (at least 12 columns, at most 60) and is cut with an ellipsis. Until the table fits, the
+    columns of :data:`LIGHT_DROPS` are left out, then the point's name becomes its ``NNN`` prefix
+    (the swept columns hold the rest of it) with a narrower progress bar, then the columns of
+    :data:`HEAVY_DROPS` go. None (output not a terminal): every column, every value whole (the
+    reason too)."""
     chained = any("chain" in r.extra for r in rows)  # after=[merge,eval]: the chained job's state
-    cols: list[tuple[str, str, dict, list]] = [  # (drop group, header, column options, cells)
-        ("#", "#", {"justify": "right"}, [str(r.index) for r in rows]),
-        ("", "point", {}, [r.name for r in rows]),
-        *[
-            ("swept", key.split(".")[-1], {"justify": "right"}, [str(r.swept.get(key, "")) for r in rows])
-            for key in sweep.swept_keys
-        ],
-        ("", "job", {}, [r.job_id or "-" for r in rows]),
-        ("", "state", {}, [Text(r.state, style=STATE_STYLE.get(r.state, "")) for r in rows]),
-        ("att", "att", {}, [str(r.attempts) for r in rows]),
-        (
-            "",
-            "step",
-            {"justify": "right"},
-            [f"{r.step if r.step is not None else '-'}/{r.target_step if r.target_step else '?'}" for r in rows],
-        ),
-        ("progress", "progress", {}, [ProgressBar(total=1.0, completed=r.fraction, width=20) for r in rows]),
-        ("reward", "reward", {"justify": "right"}, [_num(r.last_reward) for r in rows]),
-        ("val acc", "val acc", {"justify": "right"}, [_num(r.val_acc) for r in rows]),
-        ("elapsed", "elapsed", {"justify": "right"}, [format_duration(r.elapsed_s) for r in rows]),
-        ("ETA", "ETA", {"justify": "right"}, [format_duration(r.eta_s) for r in rows]),
-    ]
-    if any(startup_s(r) is not None for r in rows):  # the latest attempt's job start -> first generation
-        cols.append(("start-up", "start-up", {"justify": "right"}, [_num(startup_s(r), "{:.0f} s") for r in rows]))
-    if chained:
-        chain_cells = [
-            Text(r.extra.get("chain") or "-", style=STATE_STYLE.get(r.extra.get("chain") or "", "")) for r in rows
-        ]
-        cols.append(("chain", "chain", {}, chain_cells))
 
-    def fixed(col) -> int:  # a column's width: its header or its longest value
-        return 20 if col[0] == "progress" else max([len(col[1])] + [len(str(c)) for c in col[3]])
+    def columns(short: bool, bar: int) -> list[tuple[str, str, dict, list]]:  # (drop group, header, options, cells)
+        cols = [
+            ("#", "#", {"justify": "right"}, [str(r.index) for r in rows]),
+            ("", "point", {}, [_short_name(r.name) if short else r.name for r in rows]),
+            *[
+                ("swept", _folded(key.split(".")[-1]), {"justify": "right"}, [str(r.swept.get(key, "")) for r in rows])
+                for key in sweep.swept_keys
+            ],
+            ("", "job", {}, [r.job_id or "-" for r in rows]),
+            ("", "state", {}, [Text(r.state, style=STATE_STYLE.get(r.state, "")) for r in rows]),
+            ("att", "att", {}, [str(r.attempts) for r in rows]),
+            (
+                "",
+                "step",
+                {"justify": "right"},
+                [f"{r.step if r.step is not None else '-'}/{r.target_step if r.target_step else '?'}" for r in rows],
+            ),
+            ("progress", "progress", {}, [ProgressBar(total=1.0, completed=r.fraction, width=bar) for r in rows]),
+            ("reward", "reward", {"justify": "right"}, [_num(r.last_reward) for r in rows]),
+            ("val acc", "val acc", {"justify": "right"}, [_num(r.val_acc) for r in rows]),
+            ("elapsed", "elapsed", {"justify": "right"}, [format_duration(r.elapsed_s) for r in rows]),
+            ("ETA", "ETA", {"justify": "right"}, [format_duration(r.eta_s) for r in rows]),
+        ]
+        if any(startup_s(r) is not None for r in rows):  # the latest attempt's job start -> first generation
+            cols.append(("start-up", "start-up", {"justify": "right"}, [_num(startup_s(r), "{:.0f} s") for r in rows]))
+        if chained:
+            chain_cells = [
+                Text(r.extra.get("chain") or "-", style=STATE_STYLE.get(r.extra.get("chain") or "", "")) for r in rows
+            ]
+            cols.append(("chain", "chain", {}, chain_cells))
+        return cols
+
+    def fixed(col) -> int:  # a column's width: its header (its longest line) or its longest value
+        if col[0] == "progress":
+            return col[3][0].width if col[3] else len(col[1])
+        return max([len(line) for line in col[1].splitlines()] + [len(str(c)) for c in col[3]])
 
     # Each column costs its width + ``per`` (padding, rules), the table ``edge`` more. The ruled
-    # box first; when even the five kept columns do not fit, a plain one (no rules, no outer padding).
+    # box first; when even the kept columns do not fit, a plain one (no rules, no outer padding).
     styles = [(box.HEAVY_HEAD, 3, 1), (None, 2, -2)]
-    chosen, kept = styles[0], cols
+    stages = [(False, 20, LIGHT_DROPS[:k]) for k in range(len(LIGHT_DROPS) + 1)]
+    stages += [(True, 8, LIGHT_DROPS + HEAVY_DROPS[:k]) for k in range(len(HEAVY_DROPS) + 1)]
+    # Every column kept (the name cut) in a plain box comes before leaving any of HEAVY_DROPS out.
+    tries = [(styles[0], st) for st in stages if len(st[2]) <= len(LIGHT_DROPS)] + [(styles[1], st) for st in stages]
+    chosen, cols = styles[0], columns(False, 20)
     if width is not None:
-        for style in styles:
-            chosen, kept = style, cols
-            for group in ("", *DROP_ORDER):
-                kept = [c for c in kept if c[0] != group] if group else kept
-                if sum(fixed(c) + style[1] for c in kept) + style[2] + REASON_MIN + style[1] <= width:
-                    break
-            else:
-                continue
-            break
-    cols = kept
+        for style, (short, bar, dropped) in tries:
+            chosen, cols = style, [c for c in columns(short, bar) if c[0] not in dropped]
+            if sum(fixed(c) + style[1] for c in cols) + style[2] + REASON_MIN + style[1] <= width:
+                break
     table_box, per, edge = chosen
+    rehearsal = " - REHEARSAL: stand-in trainer, made-up metrics" if sweep.rehearsal else ""
     table = Table(
-        title=f"sweep {sweep.name} ({len(rows)} points)", expand=False, box=table_box, pad_edge=table_box is not None
+        title=f"sweep {sweep.name} ({len(rows)} points){rehearsal}",
+        expand=False,
+        box=table_box,
+        pad_edge=table_box is not None,
     )
-    for _, header, options, _cells in cols:
-        # A set width: rich shrinks only the reason column (no set width) to fit the terminal.
-        table.add_column(header, no_wrap=True, width=fixed((_, header, options, _cells)), **options)
+    for col in cols:
+        # A set width: rich shrinks only the reason column (no set width) to fit the terminal; a
+        # swept key's long name folds in its header.
+        _, header, options, _cells = col
+        table.add_column(header, no_wrap=True, width=fixed(col), **options)
     if width is not None:
         left = width - sum(fixed(c) + per for c in cols) - edge - per
         table.add_column("reason", min_width=REASON_MIN, max_width=max(REASON_MIN, min(60, left)))

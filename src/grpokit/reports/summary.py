@@ -34,15 +34,18 @@ THROUGHPUT_KEY = "perf/throughput"
 TIMING_PARTS = ("gen", "old_log_prob", "ref", "update_actor", "testing", "save_checkpoint")
 
 
-def point_reason(point: Point, slurm: SlurmJobState | None, state: str | None = None) -> str | None:
+def point_reason(
+    point: Point, slurm: SlurmJobState | None, state: str | None = None, *, whole: bool = False
+) -> str | None:
     """Why the point is in its state, one line: the first line of status.json's ``reason`` (this
-    job's), else Slurm's reason (a pending job's ``Priority``/``Resources``, an exit reason), else
-    for ``unknown`` what is missing. None when nothing says."""
+    job's; ``whole=True``: all its lines, e.g. the trainer.log lines it quotes), else Slurm's reason
+    (a pending job's ``Priority``/``Resources``, an exit reason), else for ``unknown`` what is
+    missing. None when nothing says."""
     state = state or point_state(point, slurm)
     status = point.status or {}
     own = str(status.get("reason") or "").strip() if status_is_this_jobs(point) else ""
     if own:
-        return own.splitlines()[0]
+        return own if whole else own.splitlines()[0]
     if state not in ("queued", "running") and (verdict := open_attempt_verdict(point, slurm)) is not None:
         return verdict.reason
     if slurm is not None and slurm.kit_state == "cancelled" and (not point.attempts or not status_is_this_jobs(point)):
@@ -86,12 +89,13 @@ def last_reward(df: pd.DataFrame) -> float:
 def metrics_summary(df: pd.DataFrame) -> dict[str, float]:
     """Summary of a merged frame (``grpokit.run_folder.metrics.merge_attempts``, sorted by step).
 
-    Keys: ``last_step``; ``final_reward_mean`` (last reward); per data source ``final_acc:<src>``,
-    ``best_acc:<src>``, ``best_acc_step:<src>`` (from ``val-core/<src>/acc/mean@1``; the earliest
-    step wins a tie); ``final_response_length``, ``final_clip_ratio`` (last logged values);
-    ``mean_step_s`` and ``mean_<part>_s`` (mean seconds per step over logged steps);
-    ``tokens_per_s`` (sum of perf/total_num_tokens / sum of timing_s/step over steps logging both);
-    ``throughput_per_gpu`` (mean perf/throughput). Missing metrics give NaN.
+    Keys: ``last_step``; ``final_reward_mean`` (last reward); per data source ``final_acc:<src>``
+    and the step it was logged at ``final_acc_step:<src>``, ``best_acc:<src>``,
+    ``best_acc_step:<src>`` (from ``val-core/<src>/acc/mean@1``; the earliest step wins a tie);
+    ``final_response_length``, ``final_clip_ratio`` (last logged values); ``mean_step_s`` and
+    ``mean_<part>_s`` (mean seconds per step over logged steps); ``tokens_per_s`` (sum of
+    perf/total_num_tokens / sum of timing_s/step over steps logging both); ``throughput_per_gpu``
+    (mean perf/throughput). Missing metrics give NaN.
     """
     steps = df["step"].to_numpy()
     out: dict[str, float] = {"last_step": float(steps.max()) if len(steps) else math.nan}
@@ -103,10 +107,12 @@ def metrics_summary(df: pd.DataFrame) -> dict[str, float]:
         if ok.any():
             best = int(np.nanargmax(v))
             out[f"final_acc:{src}"] = float(v[ok][-1])
+            out[f"final_acc_step:{src}"] = float(steps[ok][-1])
             out[f"best_acc:{src}"] = float(v[best])
             out[f"best_acc_step:{src}"] = float(steps[best])
         else:
-            out[f"final_acc:{src}"] = out[f"best_acc:{src}"] = out[f"best_acc_step:{src}"] = math.nan
+            out[f"final_acc:{src}"] = out[f"final_acc_step:{src}"] = math.nan
+            out[f"best_acc:{src}"] = out[f"best_acc_step:{src}"] = math.nan
     out["final_response_length"] = _last(df, RESPONSE_LENGTH_KEY)
     out["final_clip_ratio"] = _last(df, CLIP_RATIO_KEY)
     out["mean_step_s"] = _mean(df, STEP_TIME_KEY)

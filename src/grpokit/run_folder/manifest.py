@@ -58,6 +58,8 @@ def write_manifest(
         "cluster": cluster,
         "swept_keys": swept_keys,
         "dry_run": dry_run,
+        # rehearse=true: the points run the kit's stand-in trainer (grpokit.rehearsal), not verl's
+        "rehearsal": any(s.runtime.rehearsal for s in specs),
         "points": [point_entry(s, j) for s, j in zip(specs, job_ids, strict=True)],
     }
     path = Path(sweep_dir) / MANIFEST

@@ -4,13 +4,16 @@ One owner for the word, below every layer that needs it (submit, reports, cli): 
 ``status.json`` (read back as :class:`~grpokit.run_folder.sweep.Point`) and Slurm's view of its job
 (:class:`grpokit.slurm.states.SlurmJobState`, only its ``kit_state`` is read) give one of
 queued | running | completed | failed | preempted | timeout | cancelled | skipped_no_gpu | pruned |
-not submitted | unknown.
+not submitted | unknown; in a halving sweep, :func:`at_rung` shows a rung's ``completed`` as ``waiting_rung``.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from grpokit.run_folder.layout import HALVING
 from grpokit.run_folder.liveness import Verdict, settle
 from grpokit.run_folder.states import FINAL_STATES
 
@@ -123,3 +126,43 @@ def point_state(point: Point, slurm: SlurmJobState | None) -> str:
     if state in STATUS_WORD:
         return STATUS_WORD[state]
     return "unknown" if point.job_id else "not submitted"
+
+
+#: A point of a successive-halving sweep that completed a rung (not its final target): the
+#: controller job ranks the rung's points next, then resubmits it to the next rung or prunes it.
+WAITING_RUNG = "waiting_rung"
+
+
+def halving_final_target(sweep_dir: Path) -> int | None:
+    """The last stage's target step of a halving sweep (``<sweep>/halving.json``), else None."""
+    path = Path(sweep_dir) / HALVING
+    if not path.exists():
+        return None
+    try:
+        final = json.loads(path.read_text()).get("final_target")
+    except (OSError, ValueError):
+        return None
+    return int(final) if final is not None else None
+
+
+def below_final_target(status: dict | None, final_target: int | None) -> bool:
+    """Whether a halving point's ``status.json`` targets a rung below the sweep's final target."""
+    target = (status or {}).get("target_step")
+    return final_target is not None and target is not None and int(target) < final_target
+
+
+def at_rung(point: Point, state: str, final_target: int | None) -> str:
+    """``waiting_rung`` for a halving point shown ``completed`` at a rung below the sweep's final
+    target (``completed`` means the target was reached: here only the rung was); else ``state``."""
+    if state == "completed" and below_final_target(point.status, final_target):
+        return WAITING_RUNG
+    return state
+
+
+def rung_reason(point: Point, final_target: int | None) -> str:
+    """Why a point is ``waiting_rung``, one line."""
+    target = (point.status or {}).get("target_step")
+    return (
+        f"trained to the rung at step {target} (of {final_target}); waiting for the halving controller to "
+        "rank this rung's points (halving.json), then it continues or ends pruned"
+    )

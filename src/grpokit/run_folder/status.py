@@ -86,12 +86,19 @@ class StatusFile:
         write_json_atomic(self.path, self.data)
 
     def start_attempt(
-        self, *, target_step: int | None, slurm: dict[str, Any], previous_end: tuple[str, str] | None = None
+        self,
+        *,
+        target_step: int | None,
+        slurm: dict[str, Any],
+        previous_end: tuple[str, str] | None = None,
+        rehearsal: bool = False,
     ) -> int:
         """Open a new attempt (closing a previous one that a kill left open) and mark ``running``.
 
         previous_end: ``(ended_by, reason)`` of that open attempt, from evidence
         (:func:`grpokit.run_folder.liveness.killed_attempt_reason`); None: ``killed``, no reason.
+        rehearsal: the point runs the kit's stand-in trainer (``rehearse=true``), recorded as
+        ``"rehearsal": true``.
         """
         attempts = self.data["attempts"]
         if attempts and not attempts[-1].get("end"):
@@ -103,6 +110,8 @@ class StatusFile:
                 attempts[-1]["reason"] = reason
         attempts.append({"attempt": len(attempts) + 1, "start": now(), "end": None, "ended_by": None})
         self.data.update(state=PointState.RUNNING.value, reason="", target_step=target_step, slurm=slurm)
+        if rehearsal:
+            self.data["rehearsal"] = True
         self.save()
         return len(attempts)
 

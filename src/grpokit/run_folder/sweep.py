@@ -56,6 +56,11 @@ class Sweep:
     def name(self) -> str:
         return str(self.manifest.get("sweep") or self.path.name)
 
+    @property
+    def rehearsal(self) -> bool:
+        """``rehearse=true``: the points ran the kit's stand-in trainer (the manifest or a status.json says so)."""
+        return bool(self.manifest.get("rehearsal")) or any((p.status or {}).get("rehearsal") for p in self.points)
+
 
 def point_job_id(entry: dict) -> str | None:
     """The Slurm display id of a manifest point: job_id, else ``<array_job_id>_<array_task_id>``."""

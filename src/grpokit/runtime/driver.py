@@ -177,7 +177,12 @@ class Driver:
         self.host.start_signal_relay(AttemptFolder(self.attempt_dir).signal_relay_log)
         control.reset(self.ctl)
         previous_end = self._previous_end()
-        status.start_attempt(target_step=self._target_step(), slurm=self.host.slurm_info(), previous_end=previous_end)
+        status.start_attempt(
+            target_step=self._target_step(),
+            slurm=self.host.slurm_info(),
+            previous_end=previous_end,
+            rehearsal=self.spec.runtime.rehearsal,
+        )
         self._attempt_open = True
         self._start_heartbeat(attempt)
         if self.resubmission is not None:
@@ -678,7 +683,9 @@ class Driver:
                 log.exception("could not write the outcome into %s", self.folder.heartbeat)
         try:
             if not self._attempt_open:
-                status.start_attempt(target_step=self._target_step(), slurm=self.host.slurm_info())
+                status.start_attempt(
+                    target_step=self._target_step(), slurm=self.host.slurm_info(), rehearsal=self.spec.runtime.rehearsal
+                )
             if outcome.target_step is not None and status.data.get("target_step") is None:
                 status.data["target_step"] = outcome.target_step  # verl's own count
             try:

@@ -15,6 +15,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig
 
 from grpokit.config.point import PointSpec, kit_notices
+from grpokit.paths import kit_command
 from grpokit.run_folder import RunFolder, read_status
 from grpokit.run_folder.claim import (
     Claim,
@@ -36,6 +37,10 @@ from grpokit.submit.wait import attempt_counts, wait_for
 from grpokit.validate import SweepValidationError, overlap, validate_points
 
 log = logging.getLogger(__name__)
+
+#: The sweep folder whose points are being submitted (or run here); None before (a Ctrl-C then
+#: leaves nothing behind: ``grpokit.cli`` says so).
+submitting_into: Path | None = None
 
 
 def sweep_options(first: DictConfig, job_overrides: list[list[str]]) -> dict[str, Any]:
@@ -63,7 +68,7 @@ def sweep_options(first: DictConfig, job_overrides: list[list[str]]) -> dict[str
 
 
 # One value per sweep command: the folder settings, and use_live_code (one code snapshot per sweep folder).
-_COMMAND_KEYS = ("sweep_name", "resume", "dry_run", "wait", "logs_root", "use_live_code")
+_COMMAND_KEYS = ("sweep_name", "resume", "dry_run", "wait", "logs_root", "use_live_code", "rehearse")
 
 
 def _refuse(message: str, code: int = 2) -> NoReturn:
@@ -75,6 +80,11 @@ def launch_sweep(
     config: DictConfig, hydra_context, job_overrides: list[list[str]], first_index: int
 ) -> list[JobReturn]:
     """The launcher's body (see :mod:`hydra_plugins.grpokit_launcher.grpokit_launcher`)."""
+    if not job_overrides:  # a sweep value the command-line check could not see was empty
+        _refuse(
+            "the sweep has no points (a swept key has no values, e.g. range(8,8)); nothing was submitted. "
+            "Give every swept key at least one value."
+        )
     load = point_loader(lambda o: hydra_context.config_loader.load_sweep_config(config, list(o)), job_overrides[0])
 
     started = time.monotonic()
@@ -98,6 +108,8 @@ def launch_sweep(
         chained = chain.plan_of(first.get("after"), first.get("chain"), specs, swept_keys(job_overrides), bool(plan))
     except chain.ChainError as exc:
         _refuse(str(exc))
+    if opts["resume"] and folder_state(opts["logs_root"] / opts["name"]) == "sweep":
+        _check_resume(opts["logs_root"] / opts["name"], specs)  # a changed value: refused before validating
     try:
         validate_points(specs)
         check_picklable(specs)
@@ -186,8 +198,10 @@ def _write_point_files(specs: list[PointSpec]) -> None:
 
 def submit_new(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], meta: dict, *, wait: bool):
     """A new sweep in a folder just claimed: point files, manifest, one array (or local runs)."""
+    global submitting_into
     sweep_dir = claim.path
     names = [s.name for s in specs]
+    submitting_into = sweep_dir
     _write_point_files(specs)
     # The manifest exists before the jobs do: a sweep command killed mid-submission leaves its
     # points (and run folders) findable; the Slurm ids are filled in right after.
@@ -201,7 +215,7 @@ def submit_new(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], me
         claim.record("new", names, job_ids)
         claim.release()
         print(f"submitted {len(specs)} point(s) as {arrays_phrase(job_ids)}; sweep folder {sweep_dir}")
-        print(f"  watch: python launch/status.py {sweep_dir} --watch")
+        print(f"  watch: {kit_command('status', f'{sweep_dir} --watch')}")
         if wait:
             _wait(specs, job_ids, before)
         return [_job_return(s, j) for s, j in zip(specs, job_ids, strict=True)]
@@ -227,6 +241,8 @@ def resume_sweep(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], 
         return [_job_return(s, None) for s in specs]
     from grpokit.submit.resubmit import submit_again  # it submits through submit_slurm, below
 
+    global submitting_into
+    submitting_into = sweep_dir
     before = attempt_counts(todo)
     job_ids, _ = submit_again(claim, todo, chosen, how="resume")
     claim.release()
@@ -238,7 +254,7 @@ def resume_sweep(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], 
         return [_job_return(s, None) for s in specs]
     print(f"resume: resubmitted {len(todo)} point(s) as {arrays_phrase(job_ids)}: {what}")
     print(f"  left alone: {left}; sweep folder {sweep_dir}")
-    print(f"  watch: python launch/status.py {sweep_dir} --watch")
+    print(f"  watch: {kit_command('status', f'{sweep_dir} --watch')}")
     if wait:
         _wait(todo, job_ids, before)
     return [_job_return(s, None) for s in specs]

@@ -34,7 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpokit.config.overrides import flat_base
 from grpokit.config.schema import LAUNCHER_ELSEWHERE, ClusterConf, SidecarConf, rename_deprecated
-from grpokit.paths import config_groups, group_files
+from grpokit.paths import config_groups, group_files, kit_command
 from grpokit.problems import Problem, note
 from grpokit.validate.verl_check import _open_parent, suggest
 
@@ -127,7 +127,7 @@ def kit_suggest(cfg: DictConfig, key: str) -> str:
             return f"{leaf} is a key of {parent}={' / '.join(options)}: add {parent}={options[0]}"
     if siblings:
         return f"{parent or 'the config'} has: {', '.join(sorted(siblings)[:12])}"
-    return f"{parent} does not exist either (python launch/sweep.py --cfg job shows the config)"
+    return f"{parent} does not exist either ({kit_command('sweep', '--cfg job')} shows the config)"
 
 
 def _sets(yaml_text: str, key: str) -> bool:
@@ -308,6 +308,16 @@ def check(argv: list[str]) -> tuple[list[str], list[Problem]]:
     for pos, o in zip(positions, parsed, strict=True):
         key = o.key_or_group
         if o in group_overrides or key.startswith("hydra") or "/" in key or o.is_delete():
+            continue
+        if o.is_sweep_override() and not _values(o) and o.value_type.name != "GLOB_CHOICE_SWEEP":
+            problems.append(
+                Problem(
+                    ALL,
+                    key,
+                    f"{argv[pos].partition('=')[2]} has no values, so the sweep has no points",
+                    f"give {key} at least one value, e.g. {key}=range(8,17,8)",
+                )
+            )
             continue
         nodes = [_node(cfg, key) for cfg in configs]
         exists = all(n is not None for n in nodes)

@@ -9,6 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpokit.config.point import PointSpec
 from grpokit.config.schema import ClusterConf, PruningRules, RuntimeConf
+from grpokit.paths import kit_command
 from grpokit.problems import Problem
 
 #: W&B's own modes, the values of ``runtime.wandb_mode`` (read in the job by grpokit.runtime.trackers).
@@ -36,7 +37,7 @@ def check_files(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
                         spec.name,
                         f"verl.{key}",
                         f"data file {path} does not exist",
-                        f"python launch/prepare_data.py {task} --out {data_dir}",
+                        kit_command("prepare-data", f"{task} --out {data_dir}"),
                     )
                 )
     model_path = Path(str(cfg.actor_rollout_ref.model.path))
@@ -56,10 +57,10 @@ def download_hint(spec: PointSpec) -> str:
     """The command that fetches (or builds) the point's model."""
     model = spec.model
     if model.get("source") == "build":
-        return f"python launch/make_tiny_model.py --out {model.get('path')}"
+        return kit_command("make-tiny-model", f"--out {model.get('path')}")
     last = {o.split("=", 1)[0]: o for o in spec.kit_overrides if o.startswith(("model=", "model."))}
     choice = " ".join(last.values())
-    return f"python launch/download.py {choice}".rstrip() + f"  (fetches {model.get('hub_id')} to {model.get('path')})"
+    return kit_command("download", choice) + f"  (fetches {model.get('hub_id')} to {model.get('path')})"
 
 
 def check_lengths(spec: PointSpec, cfg: DictConfig) -> list[Problem]:

@@ -130,7 +130,18 @@ def start(checks: Callable[[Iterable[Any]], Iterator[list]]) -> bool:
     pipes = [(os.pipe(), os.pipe()) for _ in range(_workers())]  # per worker: (request, reply)
     sys.stdout.flush()
     sys.stderr.flush()
-    pid = os.fork()
+    # Ctrl-C is the command's to answer (grpokit.cli: one line, exit 130): the workers ignore
+    # SIGINT, and it stays blocked across the fork, whose after-fork hooks would swallow it
+    # ("Exception ignored in _releaseLock") in either process.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        pid = os.fork()
+    except OSError:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        raise
+    if pid == 0:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     if pid == 0:  # the first worker: never returns into the command
         code = 0
         try:

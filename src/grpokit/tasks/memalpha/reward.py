@@ -38,6 +38,8 @@ from typing import Any
 
 import httpx
 
+from grpokit.paths import kit_command
+
 log = logging.getLogger(__name__)
 
 SERVER_KEY_ENV = "GRPOKIT_MEMORY_SERVER_KEY"
@@ -171,7 +173,7 @@ def _questions_and_answers(ground_truth: Any) -> tuple[list[dict[str, Any]], int
     if not isinstance(ground_truth, Mapping) or "questions_and_answers" not in ground_truth:
         raise ValueError(
             "ground_truth must be a dict with 'questions_and_answers' (and 'source_chars'); "
-            "rebuild the data with `python launch/prepare_data.py memalpha`"
+            f"rebuild the data with `{kit_command('prepare-data', 'memalpha')}`"
         )
     qas = ground_truth["questions_and_answers"]
     if isinstance(qas, str):

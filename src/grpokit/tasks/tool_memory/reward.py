@@ -28,6 +28,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
+from grpokit.paths import kit_command
+
 log = logging.getLogger(__name__)
 
 MAX_TOOL_REWARD = 1.0
@@ -49,7 +51,7 @@ def _target_answer(ground_truth: Any) -> str:
         if "target_answer" not in ground_truth:
             raise ValueError(
                 f"reward_model.ground_truth has no 'target_answer' (keys: {sorted(ground_truth)}); "
-                "regenerate the data with `python launch/prepare_data.py tool_memory`"
+                f"regenerate the data with `{kit_command('prepare-data', 'tool_memory')}`"
             )
         return str(ground_truth["target_answer"])
     if isinstance(ground_truth, str):

@@ -36,6 +36,8 @@ from pydantic import BaseModel, ValidationError, field_validator
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
+from grpokit.paths import kit_command
+
 log = logging.getLogger(__name__)
 
 TOOL_CONFIG_PATH: Path = Path(__file__).with_name("tool_config.yaml")
@@ -85,7 +87,7 @@ class MemoryStore(BaseModel):
             raise ValueError(
                 f"extra_info.tools_kwargs.{tool_name}.create_kwargs is not a memory store "
                 f"({{'memories': [{{'id', 'text'}}], 'target_id', 'target_answer'}}): {exc}. "
-                "Regenerate the data with `python launch/prepare_data.py tool_memory --out DIR`."
+                f"Regenerate the data with `{kit_command('prepare-data', 'tool_memory --out DIR')}`."
             ) from exc
 
 

@@ -1,0 +1,469 @@
+"""The rehearsal trainer: a stand-in for ``python -m verl.trainer.main_ppo`` on nodes without a GPU.
+
+verl cannot train without a CUDA GPU. ``rehearse=true`` on the sweep command runs this module
+instead (``python -m grpokit.rehearsal.trainer``, through ``runtime.trainer_cmd``), so a sweep's
+whole Slurm path (arrays, sidecars, Ray, checkpoints, requeues, resubmission, reports) can be
+rehearsed on CPU nodes before GPU hours are spent; the kit's own tests use it as their TEST DOUBLE of
+verl's trainer (``tests/doubles/fake_verl_trainer.py`` re-exports it). Its metrics are made up
+(marked ``rehearsal`` wherever they show). It follows the contracts of verl 0.9.1 that the kit
+depends on:
+
+- arguments: verl's Hydra overrides (``key=value`` / ``+key=value``);
+- checkpoints under ``trainer.default_local_dir``: ``global_step_N/actor/{model,optim,extra_state}
+  _world_size_W_rank_R.pt``, ``actor/fsdp_config.json``, ``actor/huggingface/config.json``, then
+  ``global_step_N/data.pt``, then ``latest_checkpointed_iteration.txt`` written last with a plain
+  write; saves at ``step % save_freq == 0`` and at the last step; every ``*.pt`` is a real torch
+  file (torch.save's zip format, :func:`write_pt`: ``torch.load`` reads it) holding a small dict;
+- ``resume_mode=auto``: reads the tracker and continues at N + 1;
+- metrics: verl's file logger (``$VERL_FILE_LOGGER_PATH``, opened with mode "wb", one line
+  ``{"step": N, "data": {...}}`` per step, verl's metric names) and TensorBoard (``$TENSORBOARD_DIR``),
+  each only when ``trainer.logger`` names it (verl's default ``[console, wandb]`` names neither), the
+  ``step:N - ...`` line only with ``console``; with ``wandb`` in it, verl's own
+  ``verl.utils.tracking.Tracking`` logs every step to W&B (W&B's settings from the environment);
+- the step count: ``trainer.total_training_steps``, else ``len(train_dataloader) x total_epochs``
+  (rows of ``data.train_files`` capped by ``data.train_max_samples`` (the first rows: the kit sets
+  ``data.shuffle=false``), then, with ``data.filter_overlong_prompts=true``, without the prompts whose
+  chat-templated token count exceeds ``data.max_prompt_length``, as verl's ``RLHFDataset`` does, over
+  ``train_batch_size``, last partial batch dropped), printed as ``Total training steps: N``; when the
+  data runs out before that step, the loop ends without its last step (no final save) and exits 0, as verl's does;
+- the kit's checkpoint-on-demand hook (``grpokit.runtime.verl_hooks``): at the start of a step,
+  when the driver's save request exists, save the last completed step and stop (exit 1, as verl
+  does when the hook raises);
+- SIGTERM: default action (dies), as verl's main process does.
+
+Knobs (environment): ``FAKE_TRAINER_STEP_S`` (seconds per step, default 0.5),
+``FAKE_TRAINER_CRASH_IN_SAVE`` (step whose save dies after the model shards, before data.pt and
+the tracker), ``FAKE_TRAINER_FAIL_AT`` (step at which to exit 3), ``FAKE_TRAINER_HANG_AFTER`` (step
+after which to hang: alive, no new step, in ``hang_forever``), ``FAKE_TRAINER_RAY_REPORT`` (file
+to write the Ray cluster's nodes and resources to, as seen through ``RAY_ADDRESS``),
+``FAKE_TRAINER_NAN_GRAD_AT`` (step whose ``actor/grad_norm`` is NaN, written as verl's file logger
+writes it: ``null``), ``FAKE_TRAINER_PROFILE`` = ``fail-once`` (exit 3 at step 3 of the point's
+first run) or ``slow-once``
+(6 s a step in the point's first run), for tests of resubmission, or ``crash-always`` (a
+``RuntimeError`` traceback at step 2 of every run), ``FAKE_TRAINER_NODE_WORKERS=1``
+(one Ray actor per node of the job's Ray cluster, as verl's FSDP workers: each takes part in every
+step and writes its node's rank shards at a save, so a node whose Ray died fails the step or the
+save as under verl; what each did goes to ``node_workers.jsonl`` beside ``$VERL_FILE_LOGGER_PATH``),
+``FAKE_TRAINER_REAL_WEIGHTS=1`` (each save holds the model's real weights as verl's world-size-1 FSDP
+shard, so ``grpokit merge`` runs verl's real model merger on it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import orjson
+
+
+def write_pt(path: Path, obj: dict) -> None:
+    """Write ``obj`` (tensor-free) as ``torch.save`` does, without importing torch (seconds per run):
+    a stored zip of ``<stem>/data.pkl`` (pickle protocol 2), ``<stem>/byteorder``, ``<stem>/version``
+    (torch's ``serialization.py``, format version 3). ``torch.load`` reads it back."""
+    import pickle
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr(f"{path.stem}/data.pkl", pickle.dumps(obj, protocol=2))
+        zf.writestr(f"{path.stem}/byteorder", "little")
+        zf.writestr(f"{path.stem}/version", "3\n")
+
+
+def parse(argv: list[str]) -> dict[str, str]:
+    out = {}
+    for arg in argv:
+        key, _, value = arg.lstrip("+").partition("=")
+        out[key] = value
+    return out
+
+
+def num(cfg: dict[str, str], key: str, default: float) -> float:
+    value = cfg.get(key)
+    return default if value in (None, "", "null") else float(value)
+
+
+def listed(value: str | None) -> list[str]:
+    """A list override as Hydra writes it (``[a,b]``, ``['a', 'b']``) or one value, as strings."""
+    text = (value or "").strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    return [part.strip().strip("'\"") for part in text.split(",") if part.strip()]
+
+
+def logger_list(cfg: dict[str, str]) -> list[str]:
+    """``trainer.logger`` (a string or a list, as verl's Tracking takes); verl's default when unset."""
+    return listed(cfg["trainer.logger"]) if "trainer.logger" in cfg else ["console", "wandb"]
+
+
+def train_steps_in_data(cfg: dict[str, str]) -> int | None:
+    """``len(train_dataloader) x total_epochs`` as verl computes it; None when the files are not there."""
+    import pyarrow.parquet as pq
+
+    files = [Path(f) for f in listed(cfg.get("data.train_files"))]
+    if not files or not all(f.is_file() for f in files):
+        return None
+    rows = sum(pq.read_metadata(f).num_rows for f in files)
+    cap = int(num(cfg, "data.train_max_samples", -1))
+    if cap > 0:
+        rows = min(rows, cap)
+    batch, epochs = int(num(cfg, "data.train_batch_size", 1024)), int(num(cfg, "trainer.total_epochs", 30))
+    if cfg.get("data.filter_overlong_prompts", "false").lower() == "true":  # verl 0.9.1's default: False
+        # only the rows the run can reach are tokenized (cheap): the step count is min(total, data steps)
+        steps = num(cfg, "trainer.total_training_steps", 0)
+        enough = math.ceil(steps / epochs) * batch if steps > 0 and epochs > 0 else None
+        rows = rows_within_prompt_length(cfg, files, rows, enough)
+    return rows // batch * epochs  # drop_last=True
+
+
+def rows_within_prompt_length(cfg: dict[str, str], files: list[Path], rows: int, enough: int | None) -> int:
+    """How many of the first ``rows`` rows verl's ``RLHFDataset.maybe_filter_out_long_prompts`` keeps:
+    ``len(tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True))`` <=
+    ``data.max_prompt_length`` (verl's default 512), with the tokenizer of ``actor_rollout_ref.model.path``
+    (verl's ``hf_tokenizer``; a text model has no processor). Counting stops at ``enough`` kept rows.
+    The count is cached in the temp folder by its inputs (files and tokenizer by mtime): importing
+    transformers takes seconds, and every trainer start of a test suite asks the same question."""
+    import hashlib
+    import tempfile
+
+    model = Path(cfg["actor_rollout_ref.model.path"])
+    limit = int(num(cfg, "data.max_prompt_length", 512))
+    key = cfg.get("data.prompt_key", "prompt")
+    stamp = [str(f.resolve()) + f":{f.stat().st_mtime_ns}" for f in files]
+    stamp += [f"{f}:{f.stat().st_mtime_ns}" for f in sorted(model.glob("*token*")) + sorted(model.glob("*.jinja"))]
+    digest = hashlib.sha256(json.dumps([stamp, str(model.resolve()), limit, key, rows, enough]).encode()).hexdigest()
+    cache = Path(tempfile.gettempdir()) / "fake_verl_trainer_prompt_filter" / f"{digest[:32]}.json"
+    if cache.is_file():
+        return int(json.loads(cache.read_text())["kept"])
+    kept = _count_kept(model, files, limit, key, rows, enough)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    part = cache.with_suffix(f".{os.getpid()}.part")
+    part.write_text(json.dumps({"kept": kept}))
+    os.replace(part, cache)
+    return kept
+
+
+def _count_kept(model: Path, files: list[Path], limit: int, key: str, rows: int, enough: int | None) -> int:
+    import pyarrow.parquet as pq
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    kept = seen = 0
+    for f in files:
+        for batch in pq.ParquetFile(f).iter_batches(batch_size=64, columns=[key]):
+            for prompt in batch.column(0).to_pylist():
+                if seen == rows or (enough is not None and kept >= enough):
+                    return kept
+                seen += 1
+                ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+                ids = ids["input_ids"] if hasattr(ids, "keys") else ids  # transformers 5: a BatchEncoding
+                kept += len(ids) <= limit
+    return kept
+
+
+class NodeWorkers:
+    """One Ray actor per alive node of the job's Ray cluster (``FAKE_TRAINER_NODE_WORKERS=1``),
+    pinned there with node affinity; rank shards are split between them in node order."""
+
+    def __init__(self, world: int, log_path: Path):
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        ray.init(address=os.environ["RAY_ADDRESS"], logging_level="ERROR")
+        self.ray = ray
+
+        @ray.remote(num_cpus=0)
+        class Worker:
+            def where(self) -> dict:
+                return {"node": os.environ.get("SLURMD_NODENAME") or os.uname().nodename, "pid": os.getpid()}
+
+            def step(self, step: int) -> int:
+                return step
+
+            def save(self, actor_dir: str, world: int, ranks: list[int]) -> dict:
+                for rank in ranks:
+                    for kind in ("model", "optim", "extra_state"):
+                        shard = Path(actor_dir) / f"{kind}_world_size_{world}_rank_{rank}.pt"
+                        write_pt(shard, {"double": kind, "rank": rank, "pad": "x" * 256})
+                return {**self.where(), "ranks": ranks, "time": time.time()}
+
+        nodes = [n for n in ray.nodes() if n["Alive"]]
+        self.workers = [
+            Worker.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
+            for n in nodes
+        ]
+        per_node = math.ceil(world / len(self.workers))
+        self.ranks = [list(range(world))[i * per_node : (i + 1) * per_node] for i in range(len(self.workers))]
+        self.log_path = log_path
+        self._log({"event": "started", "workers": ray.get([w.where.remote() for w in self.workers])})
+
+    def _log(self, record: dict) -> None:
+        with open(self.log_path, "a") as f:
+            f.write(json.dumps({**record, "time": time.time()}) + "\n")
+
+    def step(self, step: int) -> None:
+        self.ray.get([w.step.remote(step) for w in self.workers], timeout=60)
+
+    def save_shards(self, actor_dir: Path, step: int, world: int) -> None:
+        calls = [w.save.remote(str(actor_dir), world, r) for w, r in zip(self.workers, self.ranks, strict=True)]
+        self._log({"event": "save", "step": step, "by": self.ray.get(calls, timeout=60)})
+
+
+NODE_WORKERS: NodeWorkers | None = None
+#: ``FAKE_TRAINER_REAL_WEIGHTS=1``: the model folder (``actor_rollout_ref.model.path``) whose weights
+#: each save writes as verl's FSDP shard, so verl's model merger merges a real checkpoint.
+REAL_WEIGHTS_FROM: Path | None = None
+
+
+def real_weights(actor: Path, model_dir: Path, world: int) -> None:
+    """verl's world-size-1 FSDP save of the (untrained) model: ``model_world_size_1_rank_0.pt`` is its
+    full state dict (``torch.save``), ``huggingface/`` its config and tokenizer files, as verl copies them."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
+    if world != 1:
+        raise SystemExit(f"FAKE_TRAINER_REAL_WEIGHTS needs one GPU's world (got {world})")
+    state = {}
+    for shard in sorted(model_dir.glob("*.safetensors")):
+        state.update(load_file(shard))
+    for f in model_dir.iterdir():
+        if f.is_file() and f.suffix != ".safetensors":
+            shutil.copy(f, actor / "huggingface" / f.name)
+    torch.save(state, actor / "model_world_size_1_rank_0.pt")
+    for kind in ("optim", "extra_state"):
+        torch.save({}, actor / f"{kind}_world_size_1_rank_0.pt")
+
+
+def save(ckpt: Path, step: int, world: int, crash_in_save: int | None) -> None:
+    step_dir = ckpt / f"global_step_{step}"
+    actor = step_dir / "actor"
+    (actor / "huggingface").mkdir(parents=True, exist_ok=True)
+    if NODE_WORKERS is not None:
+        NODE_WORKERS.save_shards(actor, step, world)
+    else:
+        for rank in range(world):
+            for kind in ("model", "optim", "extra_state"):
+                write_pt(actor / f"{kind}_world_size_{world}_rank_{rank}.pt", {"double": kind, "rank": rank})
+    (actor / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": world}))
+    (actor / "huggingface" / "config.json").write_text(json.dumps({"model_type": "qwen3"}))
+    if REAL_WEIGHTS_FROM is not None:
+        real_weights(actor, REAL_WEIGHTS_FROM, world)
+    if crash_in_save == step:
+        os._exit(9)  # killed mid-save: shards written, data.pt and tracker not
+    write_pt(step_dir / "data.pt", {"step": step})  # verl: the dataloader's state_dict
+    with open(ckpt / "latest_checkpointed_iteration.txt", "w") as f:
+        f.write(str(step))
+
+
+def metrics(step: int, cfg: dict[str, str], step_s: float, test: bool) -> dict[str, float]:
+    # a key the point leaves at verl's default is not on the command line: verl 0.9.1's defaults
+    batch, n = num(cfg, "data.train_batch_size", 1024), num(cfg, "actor_rollout_ref.rollout.n", 1)
+    resp = num(cfg, "data.max_response_length", 512)
+    # A made-up learning curve that differs per point (more samples per prompt learn faster),
+    # so that report plots and tables of a sweep show distinct points.
+    reward = round(min(1.0, 0.3 + 0.004 * step * math.log2(2 * n) + 0.0005 * batch), 4)
+    out = {
+        "training/global_step": step,
+        "critic/score/mean": reward,
+        "critic/rewards/mean": reward,
+        "response_length/mean": round(resp * (0.5 - 0.002 * step), 3),
+        "response_length/clip_ratio": round(max(0.0, 0.2 - 0.004 * step), 4),
+        "actor/kl_loss": round(0.0004 * step, 6),
+        "actor/pg_loss": round(-0.01 * math.sin(step), 6),
+        "actor/grad_norm": round(0.5 + 0.01 * step, 4),
+        "actor/entropy": round(max(0.05, 1.2 - 0.01 * step), 4),
+        "timing_s/gen": round(step_s * 0.2, 4),
+        "timing_s/old_log_prob": round(step_s * 0.05, 4),
+        "timing_s/ref": round(step_s * 0.05, 4),
+        "timing_s/update_actor": round(step_s * 0.7, 4),
+        "timing_s/step": round(step_s, 4),
+        "perf/total_num_tokens": batch * n * resp * 0.6,
+        "perf/throughput": round(batch * n * resp * 0.6 / step_s, 2),
+    }
+    if test:
+        out["val-core/openai/gsm8k/acc/mean@1"] = round(min(1.0, 0.5 + 0.001 * step * math.log2(2 * n)), 4)
+    return out
+
+
+def call_reward(cfg: dict[str, str]) -> dict[str, float]:
+    """Call the experiment's custom reward once, with its reward_kwargs, as verl's reward loop would."""
+    path, name = cfg.get("reward.custom_reward_function.path"), cfg.get("reward.custom_reward_function.name")
+    if not path or path == "null":
+        return {}
+    import importlib.util
+
+    import pandas as pd
+
+    kwargs = {
+        k.rsplit(".", 1)[-1]: v for k, v in cfg.items() if k.startswith("reward.custom_reward_function.reward_kwargs.")
+    }
+    spec = importlib.util.spec_from_file_location("custom_reward", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fn = getattr(module, name or "compute_score")
+    row = pd.read_parquet(cfg["data.val_files"]).iloc[0]
+    ground_truth = row["reward_model"]["ground_truth"]
+    extra_info = dict(row["extra_info"])
+    if "questions_and_answers" in ground_truth:  # Memory-RL: a memory holding every target mapping
+        qas = ground_truth["questions_and_answers"]
+        memory = {
+            "core": "",
+            "semantic": [
+                {f"m{i}": f"{qa['question'].splitlines()[0]} -> Label: {qa['answer']}"} for i, qa in enumerate(qas)
+            ],
+            "episodic": [],
+        }
+        solution = json.dumps(memory)
+    else:  # tool calling: the agent loop's tool rewards for search -> read, then the answer
+        solution = f"FINAL: {ground_truth['target_answer']}"
+        extra_info["tool_rewards"] = [0.25, 0.75]
+    result = fn(row["data_source"], solution, ground_truth, extra_info, **kwargs)
+    if inspect.isawaitable(result):
+        result = asyncio.run(result)
+    return {f"reward/{k}": float(v) for k, v in result.items()}
+
+
+def hang_forever(step: int) -> None:
+    """Alive, no new step, no exit (verl#4709: a collective that never returns)."""
+    print(f"hanging after step {step} (FAKE_TRAINER_HANG_AFTER)", file=sys.stderr, flush=True)
+    while True:
+        time.sleep(3600)
+
+
+def main() -> int:
+    cfg = parse(sys.argv[1:])
+    step_s = float(os.environ.get("FAKE_TRAINER_STEP_S", "0.5"))
+    crash = int(os.environ["FAKE_TRAINER_CRASH_IN_SAVE"]) if os.environ.get("FAKE_TRAINER_CRASH_IN_SAVE") else None
+    fail_at = int(os.environ["FAKE_TRAINER_FAIL_AT"]) if os.environ.get("FAKE_TRAINER_FAIL_AT") else None
+    hang_after = int(os.environ["FAKE_TRAINER_HANG_AFTER"]) if os.environ.get("FAKE_TRAINER_HANG_AFTER") else None
+    nan_grad_at = int(os.environ["FAKE_TRAINER_NAN_GRAD_AT"]) if os.environ.get("FAKE_TRAINER_NAN_GRAD_AT") else None
+    profile = os.environ.get("FAKE_TRAINER_PROFILE", "")
+    if profile and os.environ.get("GRPOKIT_RUN_DIR"):
+        marker = Path(os.environ["GRPOKIT_RUN_DIR"]) / ".fake_trainer_first_run_done"
+        if not marker.exists():
+            marker.touch()
+            if profile == "fail-once":
+                fail_at = 3
+            elif profile == "slow-once":
+                step_s = 6.0
+    # a crash that follows the point on every node, as a bug would (a CUDA error, raised at step 2)
+    crash_at = 2 if profile == "crash-always" else None
+    data_steps = train_steps_in_data(cfg)
+    total = int(num(cfg, "trainer.total_training_steps", data_steps if data_steps is not None else 4))
+    print(f"Total training steps: {total}", flush=True)
+    loggers = logger_list(cfg)
+    save_freq = int(num(cfg, "trainer.save_freq", -1))
+    test_freq = int(num(cfg, "trainer.test_freq", -1))
+    world = int(num(cfg, "trainer.n_gpus_per_node", 1) * num(cfg, "trainer.nnodes", 1))
+    ckpt = Path(cfg["trainer.default_local_dir"])
+    ctl = Path(os.environ["GRPOKIT_CONTROL_DIR"]) if os.environ.get("GRPOKIT_CONTROL_DIR") else None
+
+    if os.environ.get("FAKE_TRAINER_RAY_REPORT"):
+        import ray
+
+        ray.init(address=os.environ["RAY_ADDRESS"], logging_level="ERROR")
+        nodes = [{"alive": n["Alive"], "resources": n["Resources"]} for n in ray.nodes()]
+        Path(os.environ["FAKE_TRAINER_RAY_REPORT"]).write_text(
+            json.dumps({"nodes": nodes, "cluster_resources": ray.cluster_resources()})
+        )
+        ray.shutdown()
+    if os.environ.get("FAKE_TRAINER_REAL_WEIGHTS") == "1":
+        global REAL_WEIGHTS_FROM
+        REAL_WEIGHTS_FROM = Path(cfg["actor_rollout_ref.model.path"])
+    if os.environ.get("FAKE_TRAINER_NODE_WORKERS") == "1":
+        global NODE_WORKERS
+        attempt_dir = Path(os.environ.get("VERL_FILE_LOGGER_PATH", "metrics.jsonl")).parent
+        attempt_dir.mkdir(parents=True, exist_ok=True)
+        NODE_WORKERS = NodeWorkers(world, attempt_dir / "node_workers.jsonl")
+
+    start = 1
+    tracker = ckpt / "latest_checkpointed_iteration.txt"
+    if cfg.get("trainer.resume_mode", "auto") == "auto" and tracker.exists():
+        last = int(tracker.read_text().strip())
+        if not (ckpt / f"global_step_{last}" / "data.pt").exists():
+            print(f"tracker names step {last} but global_step_{last} is incomplete", file=sys.stderr)
+            return 2
+        start = last + 1
+        print(f"Resuming from {ckpt / f'global_step_{last}'}, setting global step to {last}", flush=True)
+
+    log_path = Path(os.environ.get("VERL_FILE_LOGGER_PATH", "metrics.jsonl"))
+    if "file" in loggers:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+    else:
+        log_path = Path(os.devnull)
+    writer = None
+    if os.environ.get("TENSORBOARD_DIR") and "tensorboard" in loggers:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(os.environ["TENSORBOARD_DIR"])
+    tracking = None
+    if "wandb" in loggers:
+        # verl's REAL tracker (verl/utils/tracking.py, imports on CPU): wandb.init exactly as verl
+        # calls it (no run id), W&B's other settings from the environment the kit gives the trainer
+        from verl.utils.tracking import Tracking
+
+        trainer_cfg = {k.split(".", 1)[1]: v for k, v in cfg.items() if k.startswith("trainer.")}
+        tracking = Tracking(
+            project_name=cfg.get("trainer.project_name", "verl_examples"),
+            experiment_name=cfg.get("trainer.experiment_name", "gsm8k"),
+            default_backend=["wandb"],
+            config={"trainer": trainer_cfg},
+        )
+    extra = call_reward(cfg)
+    saved = {start - 1}
+    with open(log_path, "wb", buffering=0) as fp:
+        # verl's epoch loop runs out of batches at data_steps, before the last step when that is larger
+        for step in range(start, min(total, data_steps if data_steps is not None else total) + 1):
+            if ctl is not None and (ctl / "save_request").exists():
+                last_done = step - 1
+                if last_done > 0 and last_done not in saved:
+                    save(ckpt, last_done, world, crash)
+                (ctl / "saved_for_requeue.json").write_text(
+                    json.dumps({"step": last_done, "checkpoint_dir": str(ckpt)})
+                )
+                print(f"checkpointed step {last_done} on request; stopping", file=sys.stderr, flush=True)
+                return 1
+            if crash_at == step:
+                raise RuntimeError("CUDA error: an illegal memory access was encountered (FAKE_TRAINER_PROFILE)")
+            if fail_at == step:
+                print(f"failing at step {step} (FAKE_TRAINER_FAIL_AT)", file=sys.stderr, flush=True)
+                return 3
+            time.sleep(step_s)
+            if NODE_WORKERS is not None:
+                NODE_WORKERS.step(step)
+            last = step == total
+            if save_freq > 0 and (step % save_freq == 0 or last):
+                save(ckpt, step, world, crash)
+                saved.add(step)
+            data = metrics(step, cfg, step_s, test_freq > 0 and (step % test_freq == 0 or last))
+            data.update(extra)
+            if nan_grad_at == step:
+                data["actor/grad_norm"] = float("nan")
+            # verl's FileLogger: orjson, which writes NaN and inf as null
+            fp.write(orjson.dumps({"step": step, "data": data}, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+            if tracking is not None:
+                tracking.log(data=data, step=step)
+            if writer is not None:
+                for key, value in data.items():
+                    writer.add_scalar(key, value, step)
+                writer.flush()
+            if "console" in loggers:
+                print(f"step:{step} - " + " - ".join(f"{k}:{v}" for k, v in data.items()), flush=True)
+            if hang_after == step:
+                hang_forever(step)
+    if writer is not None:
+        writer.close()
+    if tracking is not None:
+        tracking.finish()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -206,8 +206,16 @@ def reference_overrides(kit, model: Path, data: Path, out: Path) -> list[str]:
 
 
 def test_the_reference_runs_overrides_pass_as_the_readme_says(kit, slurm, tiny_model_dir, gsm8k_dir, tmp_path):
+    """The reference run's list on Slurm: refused for its one setting that breaks requeue-and-resume
+    (``trainer.resume_mode=disable``: it ran on one workstation, never requeued), naming that key
+    and the fix; without it every other value reaches verl as the reference has it."""
     ref = reference_overrides(kit, tiny_model_dir, gsm8k_dir, tmp_path / "outputs")
     args = ["model=tiny", f"model.path={tiny_model_dir}", f"logs_root={tmp_path / 'logs'}", "cluster=slurm_local"]
+    refused = kit.run("sweep.py", ["-m", *args, *ref, "dry_run=true", "sweep_name=ref"], timeout=400)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-3000:]
+    assert "1 problem(s)" in refused.stderr and "verl.trainer.resume_mode: disable" in refused.stderr, refused.stderr
+    assert "fix: drop verl.trainer.resume_mode" in refused.stderr
+    ref = [o for o in ref if o != "verl.trainer.resume_mode=disable"]
     out = kit.run("sweep.py", ["-m", *args, *ref, "dry_run=true", "sweep_name=ref"], timeout=400)
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     assert "[validate_config]" not in out.stdout + out.stderr

@@ -95,8 +95,20 @@ def test_ctrl_c_during_validation_is_one_line_and_exit_130(tmp_path):
         start_new_session=True,
     )
     children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
-    while proc.poll() is None and not children.read_text().split():
+    own = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+
+    def validator_forked() -> bool:  # a fork has the command's own command line (not sinfo, git, ...)
+        for pid in children.read_text().split():
+            try:
+                if Path(f"/proc/{pid}/cmdline").read_bytes() == own:
+                    return True
+            except OSError:
+                continue
+        return False
+
+    while proc.poll() is None and not validator_forked():
         pass  # the validator is forked within the first second
+    assert proc.poll() is None, "the command ended before its validator was forked"
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
@@ -418,3 +430,15 @@ def test_resume_refuses_a_changed_value_before_validating(kit, kit_overrides, tm
     err = capsys.readouterr().err
     assert code == 2, err
     assert "resume=true refused" in err and "verl.data.train_batch_size: 8 -> 16" in err, err
+
+
+def test_the_rehearsal_trainer_reads_quoted_values_as_verls_hydra_does():
+    """The kit quotes its derived names for verl (``trainer.experiment_name='000'``); the stand-in
+    trainer must read them as verl's Hydra does, or W&B ids and folders would carry the quotes."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from grpokit.rehearsal.trainer import parse
+
+    parser = OverridesParser.create()
+    for arg in ["a='000'", 'a="x y"', "a='it\\'s'", "a=plain", "a='back\\\\slash'", "a='(x; \"y\")'", "a=[1,2]"]:
+        assert parse([arg])["a"] == (parser.parse_override(arg).value() if "[" not in arg else "[1,2]"), arg

@@ -75,11 +75,21 @@ def write_pt(path: Path, obj: dict) -> None:
         zf.writestr(f"{path.stem}/version", "3\n")
 
 
+def unquote(value: str) -> str:
+    """A value as verl's Hydra reads it: a quoted string (``'000'``, ``"a b"``) without its quotes and
+    their escapes (Hydra's override grammar escapes a backslash only before a quote); any other
+    value as written."""
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        quote, inner = value[0], value[1:-1]
+        return inner.replace("\\" + quote, quote)
+    return value
+
+
 def parse(argv: list[str]) -> dict[str, str]:
     out = {}
     for arg in argv:
         key, _, value = arg.lstrip("+").partition("=")
-        out[key] = value
+        out[key] = unquote(value)
     return out
 
 

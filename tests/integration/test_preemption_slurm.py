@@ -112,6 +112,7 @@ def test_point_survives_two_preemptions_and_a_time_limit(
             "cluster.timeout_min=3",
             "+cluster.additional_parameters.nodelist=node3",
             "verl.trainer.total_training_steps=150",  # the third attempt cannot finish in one 3-min limit
+            "verl.trainer.total_epochs=2",  # 150 steps of batch 8 need more than the 1024 prompts once
             "verl.trainer.save_freq=50",
             "verl.trainer.test_freq=-1",
         ],

@@ -10,12 +10,15 @@ import functools
 import hashlib
 import importlib.metadata
 import importlib.util
+import json
 import logging
 import os
 import pickle
 import sys
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -120,6 +123,25 @@ def _version(distribution: str) -> str:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return "-"
+
+
+def cached_json(name: str, seed: str, files: Iterable[Path], build: Callable[[], Any]) -> Any:
+    """``build()``'s JSON answer kept in :func:`cache_dir` as ``<name>-<digest>.json``: the digest is
+    of ``seed`` and the path, size and modification time of each of ``files`` (an edited source file
+    gives another name, so a stale answer is never read). A missing or unreadable file is built and
+    written again (whole or not at all)."""
+    digest = hashlib.sha256(seed.encode())
+    for file in files:
+        stat = file.stat()
+        digest.update(f"{file}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    path = cache_dir() / f"{name}-{digest.hexdigest()[:32]}.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        pass
+    out = build()
+    _write_atomic(path, json.dumps(out, sort_keys=True).encode())
+    return out
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

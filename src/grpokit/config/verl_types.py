@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
@@ -165,22 +163,15 @@ def declared() -> dict[str, str]:
     The file's name digests verl's composed-defaults key and the path, size and time of every
     source file the annotations are read from (an edited dataclass gives another name).
     """
-    from grpokit.config.verl_schema import _write_atomic, cache_dir, defaults_key, verl_base, verl_config_dir
+    from grpokit.config.verl_schema import cached_json, defaults_key, verl_base, verl_config_dir
 
     verl_dir = verl_config_dir().parent.parent
-    digest = hashlib.sha256(defaults_key(verl_config_dir()).encode())
-    for folder in ("workers/config", "trainer/config", "utils/profiler"):
-        for file in sorted((verl_dir / folder).glob("*.py")):
-            stat = file.stat()
-            digest.update(f"{file}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    path = cache_dir() / f"verl_types-{digest.hexdigest()[:32]}.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        pass
-    out = read_declared(verl_base())
-    _write_atomic(path, json.dumps(out, sort_keys=True).encode())
-    return out
+    files = [
+        f
+        for folder in ("workers/config", "trainer/config", "utils/profiler")
+        for f in sorted((verl_dir / folder).glob("*.py"))
+    ]
+    return cached_json("verl_types", defaults_key(verl_config_dir()), files, lambda: read_declared(verl_base()))
 
 
 def declared_kinds(key: str) -> frozenset[str] | None:

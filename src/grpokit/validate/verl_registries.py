@@ -11,9 +11,7 @@ verl so that a command whose points verl passed before needs no import of verl.
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib
-import json
 
 #: (registry, module, attribute); an attribute that is a mapping of names (tuples: the first item).
 SOURCES = (
@@ -49,20 +47,8 @@ def read_registries() -> dict[str, list[str]]:
 def registries() -> dict[str, list[str]]:
     """:func:`read_registries`, kept in the kit's cache folder under a digest of verl's version
     and the path, size and time of each registry's source file."""
-    from grpokit.config.verl_schema import _version, _write_atomic, cache_dir, verl_config_dir
+    from grpokit.config.verl_schema import _version, cached_json, verl_config_dir
 
     root = verl_config_dir().parent.parent
-    digest = hashlib.sha256(_version("verl").encode())
-    for _, module, _ in SOURCES:
-        file = root.joinpath(*module.split(".")[1:]).with_suffix(".py")
-        if file.is_file():
-            stat = file.stat()
-            digest.update(f"{file}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    path = cache_dir() / f"verl_registries-{digest.hexdigest()[:32]}.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        pass
-    out = read_registries()
-    _write_atomic(path, json.dumps(out, sort_keys=True).encode())
-    return out
+    files = [root.joinpath(*module.split(".")[1:]).with_suffix(".py") for _, module, _ in SOURCES]
+    return cached_json("verl_registries", _version("verl"), [f for f in files if f.is_file()], read_registries)

@@ -183,7 +183,7 @@ def test_afterok_on_a_task_follows_its_last_attempt_after_a_requeue(slurm, tmp_p
         cluster=ClusterConf(),
         name="chain-requeue-after",
         dependency=f"afterok:{task}",
-        timeout_min=2,
+        timeout_min=10,  # submitit signals USR2 90 s before the limit: a 2-minute job got it 30 s in, under load
     )
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
@@ -191,4 +191,5 @@ def test_afterok_on_a_task_follows_its_last_attempt_after_a_requeue(slurm, tmp_p
         if "chained" in lines or _slurm_state(chained).startswith(("CANCELLED", "FAILED")):
             break
         time.sleep(2)
-    assert trace.read_text().split() == ["first", "last", "chained"], (_slurm_state(task), _slurm_state(chained))
+    logs = "".join(p.read_text()[-2000:] for p in sorted((tmp_path / "submitit").glob("*_log.err")))
+    assert trace.read_text().split() == ["first", "last", "chained"], (_slurm_state(task), _slurm_state(chained), logs)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from grpokit.reports.report_table import collect_report, write_tables
-from grpokit.run_folder.sweep import load_sweep
+from grpokit.run_folder.sweep_reader import load_sweep
 
 KEYS = [
     "critic/rewards/mean",

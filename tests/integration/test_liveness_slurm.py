@@ -78,7 +78,7 @@ def test_a_killed_driver_whose_job_slurm_forgot_is_final_resubmittable_and_waite
     assert status["state"] == "running" and status["attempts"][-1]["end"] is None  # nobody closed it
 
     from grpokit.reports.status_table import collect_rows
-    from grpokit.run_folder.sweep import load_sweep
+    from grpokit.run_folder.sweep_reader import load_sweep
 
     # while Slurm still knows the job: final at once, the cause from Slurm's own lines, not "NonZeroExitCode"
     (row,) = collect_rows(load_sweep(sweep_dir))
@@ -94,7 +94,7 @@ def test_a_killed_driver_whose_job_slurm_forgot_is_final_resubmittable_and_waite
     }
     for key, value in forget.items():
         monkeypatch.setenv(key, value)
-    from grpokit.slurm.states import job_states
+    from grpokit.slurm.job_states import job_states
 
     assert job_states([job_id]) == {}, "the test double still shows the job"
     (row,) = collect_rows(load_sweep(sweep_dir))
@@ -199,7 +199,7 @@ def test_a_full_disk_is_named_reaches_status_and_is_not_retried(kit, slurm, kit_
         assert "PENDING" not in out.stdout, f"a full shared disk was retried: {out.stdout}"
 
         from grpokit.reports.status_table import collect_rows
-        from grpokit.run_folder.sweep import load_sweep
+        from grpokit.run_folder.sweep_reader import load_sweep
 
         (row,) = collect_rows(load_sweep(sweep_dir))
         assert row.state == "failed" and row.reason == record["reason"].splitlines()[0], row

@@ -60,7 +60,7 @@ def wait_attempts(kit, run_dir: Path, n: int, timeout: float) -> dict:
 def assert_status_rows(kit, sweep_dir: Path, expected: dict[int, tuple[str, int]]) -> None:
     """status.py runs, and its rows (read in-process) show ``{index: (state, step)}``."""
     from grpokit.reports.status_table import collect_rows
-    from grpokit.run_folder.sweep import load_sweep
+    from grpokit.run_folder.sweep_reader import load_sweep
 
     # status.json is final a moment before the job leaves Slurm, whose live state wins in status.py
     array = kit.manifest(sweep_dir)["points"][0]["array_job_id"]

@@ -2,7 +2,7 @@
 
 The command is a user's sweep plus one switch: no ``runtime.trainer_cmd`` and no
 ``runtime.needs_gpu`` (what the other tests pass to use the test double); the kit's rehearsal
-trainer (grpokit.rehearsal.trainer) stands in for verl's, everything else is real (Hydra, verl's
+trainer (grpokit.rehearsal.rehearsal_trainer) stands in for verl's, everything else is real (Hydra, verl's
 schema, submitit, one Slurm array, Ray, checkpoints, status, report). ``wait=true`` awaits the
 points (no sleeps). The results say ``rehearsal`` wherever they show.
 """
@@ -50,7 +50,7 @@ def test_a_4_point_rehearsal_runs_the_slurm_path_and_says_so(kit, slurm, kit_ove
         status = json.loads((run / "status.json").read_text())
         assert status["state"] == "completed" and status["rehearsal"] is True
         cmd = (run / "verl_cmd.sh").read_text()
-        assert "grpokit.rehearsal.trainer" in cmd and "verl.trainer.main_ppo" not in cmd
+        assert "grpokit.rehearsal.rehearsal_trainer" in cmd and "verl.trainer.main_ppo" not in cmd
         assert (run / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
         steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
         assert steps == [1, 2]

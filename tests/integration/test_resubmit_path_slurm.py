@@ -1,4 +1,4 @@
-"""``resume=true`` and ``grpokit resubmit`` submit through one function (grpokit.submit.resubmit.submit_again),
+"""``resume=true`` and ``grpokit resubmit`` submit through one function (grpokit.submit.resubmit_points.submit_again),
 which submits as the sweep does (submit_slurm). Here it is called on a sweep folder as the sweep command
 leaves it (point.json files, a manifest with the first ids): the points go to the local cluster as
 one real array, held (``--hold``: they must never run, there is no trainer here), and the folder
@@ -17,7 +17,7 @@ import pytest
 from grpokit.config.point import PointSpec
 from grpokit.run_folder.claim import open_existing
 from grpokit.run_folder.manifest import write_manifest
-from grpokit.submit.resubmit import submit_again
+from grpokit.submit.resubmit_points import submit_again
 
 pytestmark = pytest.mark.slurm
 

@@ -1,4 +1,4 @@
-"""grpokit.slurm.cancel: the kit's one caller of ``scancel``, against the local Slurm cluster."""
+"""grpokit.slurm.scancel: the kit's one caller of ``scancel``, against the local Slurm cluster."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import subprocess
 import time
 import uuid
 
-from grpokit.slurm.cancel import scancel
+from grpokit.slurm.scancel import scancel
 
 
 def _squeue(job_id: str) -> str:

@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from grpokit.config.schema import ChainConf
-from grpokit.evaluation import chain as chain_job
+from grpokit.evaluation import chained_job as chain_job
 from grpokit.reports.chain_view import chain_columns
-from grpokit.slurm.states import SlurmJobState
+from grpokit.slurm.job_states import SlurmJobState
 from grpokit.submit import chain
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,7 +68,7 @@ def test_job_argv_and_plan_record(tmp_path):
     state = chain.read_chain(tmp_path)
     assert state["after"] == ["merge", "eval"] and state["points"] == {}
     argv = chain.job_argv("/r", state)
-    assert argv[:5] == [sys.executable, "-m", "grpokit.evaluation.chain", "/r", "--steps"]
+    assert argv[:5] == [sys.executable, "-m", "grpokit.evaluation.chained_job", "/r", "--steps"]
     assert argv[5:] == [
         "merge,eval",
         "--limit",

@@ -20,7 +20,7 @@ from grpokit.runtime.checkpoints import (
     record_saved,
     torch_file_problem,
 )
-from grpokit.runtime.resume import prepare_resume
+from grpokit.runtime.resume_from import prepare_resume
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -61,7 +61,7 @@ def test_curves_without_a_reward_line_draw_no_legend_and_warn_nothing(tmp_path):
 
     from grpokit.reports.plots import plot_curves
     from grpokit.reports.report_table import SweepReport
-    from grpokit.run_folder.sweep import load_sweep
+    from grpokit.run_folder.sweep_reader import load_sweep
 
     sweep = load_sweep(make_sweep(tmp_path / "sw", 2))
     table = pd.DataFrame({"index": [0, 1], "name": [p.name for p in sweep.points]})
@@ -80,7 +80,7 @@ def _status_text(folder: Path, width: int | None) -> str:
     from rich.console import Console
 
     from grpokit.reports.status_table import collect_rows, render_table
-    from grpokit.run_folder.sweep import load_sweep
+    from grpokit.run_folder.sweep_reader import load_sweep
 
     sweep = load_sweep(folder)
     rows = collect_rows(sweep)

@@ -428,8 +428,8 @@ def test_the_outcome_reaches_the_readers_when_status_json_cannot_be_written(
 
     from grpokit.reports.summary import point_reason
     from grpokit.run_folder.point_state import point_state
-    from grpokit.run_folder.status import StatusFile
-    from grpokit.run_folder.sweep import Point
+    from grpokit.run_folder.status_file import StatusFile
+    from grpokit.run_folder.sweep_reader import Point
 
     def enospc(self, *a, **k):
         raise OSError(errno.ENOSPC, "No space left on device", str(self.path))

@@ -19,13 +19,13 @@ from grpokit.reports.summary import point_reason
 from grpokit.run_folder import heartbeat, liveness
 from grpokit.run_folder.liveness import Cause, Evidence, Verdict, decide, exit_code_cause, stderr_cause
 from grpokit.run_folder.point_state import point_state
-from grpokit.run_folder.status import StatusFile
-from grpokit.run_folder.sweep import Point
+from grpokit.run_folder.status_file import StatusFile
+from grpokit.run_folder.sweep_reader import Point
 from grpokit.runtime import disk_full
 from grpokit.runtime.completion import Completion
 from grpokit.runtime.outcome import Happened
 from grpokit.runtime.outcome import decide as decide_outcome
-from grpokit.slurm.states import SlurmJobState
+from grpokit.slurm.job_states import SlurmJobState
 from grpokit.submit import wait
 
 KILLED = ["srun: error: node1: task 0: Killed", "srun: launch/slurm: _step_signal: Terminating StepId=51.0"]
@@ -250,7 +250,7 @@ def test_wait_returns_for_a_forgotten_killed_point(tmp_path, monkeypatch, bare_p
     point = _open_point(tmp_path, stale=True, stderr=KILLED)
     spec = bare_point(tmp_path / "logs" / "s", 0)
     monkeypatch.setattr(wait.time, "sleep", lambda _s: pytest.fail("waited although the evidence decides"))
-    monkeypatch.setattr("grpokit.slurm.states.job_states", lambda ids: {})  # Slurm no longer knows 51_0
+    monkeypatch.setattr("grpokit.slurm.job_states.job_states", lambda ids: {})  # Slurm no longer knows 51_0
     assert Path(spec.run_dir) == point.run_dir
     assert wait.wait_for([spec], ["51_0"], [0], slurm_final=lambda ids: {}) == ["failed"]
 

@@ -10,7 +10,7 @@ from grpokit.cli import resubmit as cli
 from grpokit.run_folder import claim as folder
 from grpokit.run_folder.manifest import write_manifest
 from grpokit.run_folder.point_state import RESUBMITTABLE_STATES
-from grpokit.submit import resubmit, resume
+from grpokit.submit import resubmit_points, sweep_resume
 
 REASON = "trainer exited 3 at step 3\nTraceback (most recent call last):\n  ..."
 
@@ -47,7 +47,7 @@ def test_a_local_point_that_fails_again_makes_resubmit_exit_1_naming_it_and_why(
             _status(Path(s.run_dir), "failed", REASON)
         return [1] * len(todo)
 
-    monkeypatch.setattr(resubmit, "run_local", run_local)
+    monkeypatch.setattr(resubmit_points, "run_local", run_local)
     assert cli.main([str(Path(specs[0].run_dir).parent)]) == 1
     assert ran == ["001"], "only the failed point runs again"
     out, err = capsys.readouterr()
@@ -64,7 +64,7 @@ def test_a_local_point_that_completes_leaves_resubmit_at_0(tmp_path, bare_point,
             _status(Path(s.run_dir), "completed", "reached step 4")
         return [0] * len(todo)
 
-    monkeypatch.setattr(resubmit, "run_local", run_local)
+    monkeypatch.setattr(resubmit_points, "run_local", run_local)
     assert cli.main([str(Path(specs[0].run_dir).parent)]) == 0
     assert "error" not in capsys.readouterr().err
 
@@ -84,12 +84,12 @@ def test_resume_and_resubmit_take_again_the_same_states(tmp_path, bare_point, ca
         if word:
             _status(Path(spec.run_dir), word, "why")
 
-    by_resubmit = dict(resubmit.select(root))
-    by_resume = resume.to_resubmit(resume.point_states(root))
+    by_resubmit = dict(resubmit_points.select(root))
+    by_resume = sweep_resume.to_resubmit(sweep_resume.point_states(root))
     assert by_resubmit == {1: "failed", 2: "cancelled", 3: "skipped_no_gpu"}
     # resume also submits the sweep's points that were never submitted; otherwise the same points
     assert by_resume == {**by_resubmit, 5: "not submitted"}
-    assert resubmit.DEFAULT_STATES == RESUBMITTABLE_STATES
+    assert resubmit_points.DEFAULT_STATES == RESUBMITTABLE_STATES
     # the command's refusal of a state it does not take says why, and its --help names skipped_no_gpu
     assert cli.states_problem(("skipped_no_gpu",)) is None
     assert "pruned point was stopped on purpose" in cli.states_problem(("pruned",))

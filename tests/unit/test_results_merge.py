@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpokit.evaluation import merge as merge_cmd
-from grpokit.evaluation.merge import CheckpointError, choose_checkpoint, merge_run
+from grpokit.evaluation import model_merge as merge_cmd
+from grpokit.evaluation.model_merge import CheckpointError, choose_checkpoint, merge_run
 
 REPO = Path(__file__).resolve().parents[2]
 

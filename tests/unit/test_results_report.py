@@ -17,8 +17,8 @@ from rich.console import Console
 from grpokit.reports import report_table, status_table
 from grpokit.reports.report_table import collect_report, write_tables
 from grpokit.reports.status_table import collect_rows, render_table
-from grpokit.run_folder.sweep import load_sweep
-from grpokit.slurm.states import SlurmJobState
+from grpokit.run_folder.sweep_reader import load_sweep
+from grpokit.slurm.job_states import SlurmJobState
 
 REPO = Path(__file__).resolve().parents[2]
 ACC = "val-core/openai/gsm8k/acc/mean@1"

@@ -2,7 +2,7 @@
 GPU hours count only attempts that held GPUs for training, a reason column, ``--json``.
 
 Sweep folders are written per docs/run-folder.md; Slurm's answer is a SlurmJobState as
-``grpokit.slurm.states.job_states`` returns it (its parsing of the real commands is tested in
+``grpokit.slurm.job_states.job_states`` returns it (its parsing of the real commands is tested in
 test_slurm_states.py; tests/integration/test_train_sbatch.py reads a real Slurm job).
 """
 
@@ -21,8 +21,8 @@ from grpokit.reports.report_table import collect_report
 from grpokit.reports.status_table import collect_rows, render_table
 from grpokit.reports.summary import gpu_hours
 from grpokit.run_folder.point_state import point_state
-from grpokit.run_folder.sweep import load_sweep
-from grpokit.slurm.states import SlurmJobState
+from grpokit.run_folder.sweep_reader import load_sweep
+from grpokit.slurm.job_states import SlurmJobState
 
 REPO = Path(__file__).resolve().parents[2]
 

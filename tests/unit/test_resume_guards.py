@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from grpokit.runtime import shared_fs
-from grpokit.runtime.resume import ResumeRefused, check_world_size
+from grpokit.runtime.resume_from import ResumeRefused, check_world_size
 
 
 def verl_checkpoint(ckpt: Path, step: int, world: int) -> None:

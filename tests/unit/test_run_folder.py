@@ -26,7 +26,7 @@ from grpokit.run_folder import (
     write_json_atomic,
 )
 from grpokit.run_folder.manifest import read_manifest
-from grpokit.run_folder.sweep import load_sweep
+from grpokit.run_folder.sweep_reader import load_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""grpokit.slurm.states: parsing Slurm's client output and the squeue -> scontrol -> sacct order."""
+"""grpokit.slurm.job_states: parsing Slurm's client output and the squeue -> scontrol -> sacct order."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from grpokit.slurm import states as slurm_state
-from grpokit.slurm.states import (
+from grpokit.slurm import job_states as slurm_state
+from grpokit.slurm.job_states import (
     expand_array_ids,
     job_states,
     parse_sacct,

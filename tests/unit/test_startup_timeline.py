@@ -192,7 +192,7 @@ def test_status_shows_the_latest_attempts_start_up(tmp_path: Path) -> None:
     from rich.console import Console
 
     from grpokit.reports.status_table import render_table, row_json, status_row
-    from grpokit.run_folder.sweep import Point, Sweep
+    from grpokit.run_folder.sweep_reader import Point, Sweep
 
     run = tmp_path / "000_a"
     for k, first in ((1, 228.0), (2, 146.0)):  # attempt 2 resumed: its own timeline is shown

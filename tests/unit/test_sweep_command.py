@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from grpokit.run_folder import RunFolder, write_json_atomic
 from grpokit.run_folder.claim import SweepFolderError
-from grpokit.submit import sweep
+from grpokit.submit import stages
 
 
 @pytest.mark.parametrize("key", ["use_live_code", "sweep_name", "resume", "dry_run", "wait", "logs_root"])
@@ -19,7 +19,7 @@ def test_a_command_key_cannot_be_swept(key):
     (or any folder setting with two values) is refused before anything is built or submitted."""
     overrides = [[f"{key}=a", "rollout.n=2"], [f"{key}=b", "rollout.n=2"]]
     with pytest.raises(SweepFolderError, match=rf"^{key} is swept, .*Give {key} one value"):
-        sweep.sweep_options(OmegaConf.create({}), overrides)
+        stages.sweep_options(OmegaConf.create({}), overrides)
 
 
 def _point(tmp_path, name: str, state: str | None):
@@ -38,16 +38,16 @@ def test_a_point_that_failed_here_makes_the_command_exit_1_naming_it(tmp_path, c
         _point(tmp_path, "002_bad", "failed"),
     ]
     codes = [0, 0, 1]  # the drivers' exit statuses (grpokit.runtime.outcome.Exit)
-    assert sweep.local_failures(specs, codes) == ["002_bad (failed)"]
+    assert stages.local_failures(specs, codes) == ["002_bad (failed)"]
     with pytest.raises(SystemExit) as exc:
-        sweep._exit_if_failed_here(specs, codes)
+        stages._exit_if_failed_here(specs, codes)
     assert exc.value.code == 1
     assert "1 point(s) run here did not succeed: 002_bad (failed)" in capsys.readouterr().err
 
 
 def test_points_that_completed_or_were_skipped_here_leave_the_command_at_0(tmp_path):
     specs = [_point(tmp_path, "000_ok", "completed"), _point(tmp_path, "001_nogpu", "skipped_no_gpu")]
-    sweep._exit_if_failed_here(specs, [0, 0])  # returns: no SystemExit
+    stages._exit_if_failed_here(specs, [0, 0])  # returns: no SystemExit
 
 
 def test_hydra_learns_the_mode_without_composing_and_runs_the_same_multirun(tmp_path):

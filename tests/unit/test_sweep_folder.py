@@ -1,5 +1,5 @@
 """Sweep folders: claimed atomically, never re-used silently; resume compares settings; wait=true
-waits for this submission only (grpokit.run_folder.claim and .manifest, grpokit.submit.resume and .wait)."""
+waits for this submission only (grpokit.run_folder.claim and .manifest, grpokit.submit.sweep_resume and .wait)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from grpokit.problems import SweepValidationError
 from grpokit.run_folder import claim as folder
 from grpokit.run_folder.claim import SUBMISSIONS, SweepFolderError
 from grpokit.run_folder.manifest import replace_job_ids, write_manifest
-from grpokit.submit import resume, wait
+from grpokit.submit import sweep_resume, wait
 
 LR = "actor_rollout_ref.actor.optim.lr"
 
@@ -172,13 +172,15 @@ def test_identical_settings_resume_and_cluster_or_runtime_changes_are_allowed(tm
     root = tmp_path / "s"
     manifest = submitted_sweep(root, [spec(root, i, n=n) for i, n in enumerate((2, 4, 8))])
     again = [spec(root, i, n=n, cluster={"kind": "slurm", "timeout_min": 60}) for i, n in enumerate((2, 4, 8))]
-    assert resume.check_same_settings(manifest, again) == []
+    assert sweep_resume.check_same_settings(manifest, again) == []
 
 
 def test_a_changed_lr_is_refused_naming_every_point_the_key_and_both_values(tmp_path, spec):
     root = tmp_path / "s"
     manifest = submitted_sweep(root, [spec(root, i, n=n) for i, n in enumerate((2, 4, 8))])
-    problems = resume.check_same_settings(manifest, [spec(root, i, n=n, lr="5e-06") for i, n in enumerate((2, 4, 8))])
+    problems = sweep_resume.check_same_settings(
+        manifest, [spec(root, i, n=n, lr="5e-06") for i, n in enumerate((2, 4, 8))]
+    )
     assert [(p.point, p.key) for p in problems] == [(f"{i:03d}_n-{n}", f"verl.{LR}") for i, n in enumerate((2, 4, 8))]
     assert all("2e-06 -> 5e-06" in p.message for p in problems)
 
@@ -186,16 +188,16 @@ def test_a_changed_lr_is_refused_naming_every_point_the_key_and_both_values(tmp_
 def test_a_key_left_at_verls_default_is_shown_with_verls_value(tmp_path, spec):
     root = tmp_path / "s"
     manifest = submitted_sweep(root, [spec(root, 0, lr=None)])
-    (p,) = resume.check_same_settings(manifest, [spec(root, 0, lr="5e-06")])
+    (p,) = sweep_resume.check_same_settings(manifest, [spec(root, 0, lr="5e-06")])
     assert p.key == f"verl.{LR}" and p.message.startswith("1e-06 (verl's default) -> 5e-06")
 
 
 def test_a_changed_point_set_is_refused_naming_the_points(tmp_path, spec):
     root = tmp_path / "s"
     manifest = submitted_sweep(root, [spec(root, i, n=n) for i, n in enumerate((2, 4, 8))])
-    more = resume.check_same_settings(manifest, [spec(root, i, n=n) for i, n in enumerate((2, 4, 8, 16))])
+    more = sweep_resume.check_same_settings(manifest, [spec(root, i, n=n) for i, n in enumerate((2, 4, 8, 16))])
     assert [(p.point, p.key) for p in more] == [("003_n-16", "point")]
-    fewer = resume.check_same_settings(manifest, [spec(root, i, n=n) for i, n in enumerate((2, 4))])
+    fewer = sweep_resume.check_same_settings(manifest, [spec(root, i, n=n) for i, n in enumerate((2, 4))])
     assert [(p.point, p.key) for p in fewer] == [("002_n-8", "point")]
     assert "not made by this command" in fewer[0].message
 
@@ -211,9 +213,9 @@ def test_a_point_that_never_started_is_compared_by_its_recorded_overrides(tmp_pa
     ]
     new = spec(root, 0)
     new.kit_overrides = ["verl.actor_rollout_ref.rollout.n=2", "sweep_name=s", "resume=true", "cluster.timeout_min=60"]
-    assert resume.check_same_settings(manifest, [new]) == []
+    assert sweep_resume.check_same_settings(manifest, [new]) == []
     new.kit_overrides.append(f"verl.{LR}=5e-06")
-    (p,) = resume.check_same_settings(manifest, [new])
+    (p,) = sweep_resume.check_same_settings(manifest, [new])
     assert p.key == f"verl.{LR}" and "(not on the command line) -> 5e-06" in p.message
 
 
@@ -232,7 +234,7 @@ def test_a_resume_refusal_names_only_what_the_user_changed_and_counts_the_lines_
     manifest = submitted_sweep(root, [_named(spec(root, i, n=n)) for i, n in enumerate((2, 4))])
     # rollout.n=2,8 instead of 2,4 renames point 001 (its folder, experiment_name): the change is n only
     again = [_named(spec(root, i, n=n, lr="5e-06")) for i, n in enumerate((2, 8))]
-    problems = resume.check_same_settings(manifest, again)
+    problems = sweep_resume.check_same_settings(manifest, again)
     assert sorted((p.point, p.key) for p in problems) == [
         ("000_n-2", f"verl.{LR}"),
         ("001_n-4", f"verl.{LR}"),
@@ -252,28 +254,28 @@ def test_a_typed_value_equal_to_verls_default_is_not_labelled_verls_default(tmp_
     manifest = submitted_sweep(root, [old])
     new = spec(root, 0)
     new.kit_overrides.append("verl.data.max_prompt_length=512")  # verl's default: not in verl_overrides
-    (p,) = resume.check_same_settings(manifest, [new])
+    (p,) = sweep_resume.check_same_settings(manifest, [new])
     assert p.key == "verl.data.max_prompt_length" and p.message.startswith("1024 -> 512 (recorded in its point.json")
     # verl's default typed on one side and left out on the other is no change
     root = tmp_path / "default"
     manifest = submitted_sweep(root, [spec(root, 0)])
     typed_default = spec(root, 0)
     typed_default.kit_overrides.append("verl.data.max_prompt_length=512")
-    assert resume.check_same_settings(manifest, [typed_default]) == []
+    assert sweep_resume.check_same_settings(manifest, [typed_default]) == []
     # typed names the kit would derive are compared: the user chose them
     root = tmp_path / "named"
     manifest = submitted_sweep(root, [_named(spec(root, 0))])
     new = _named(spec(root, 0))
     new.kit_overrides.append("verl.trainer.experiment_name=mine")
     new.verl_overrides[-1] = "trainer.experiment_name=mine"
-    (p,) = resume.check_same_settings(manifest, [new])
+    (p,) = sweep_resume.check_same_settings(manifest, [new])
     assert p.key == "verl.trainer.experiment_name" and p.message.startswith("000_n-2 -> mine")
 
 
 def test_a_resume_resubmits_the_resubmittable_states_and_the_points_never_submitted():
     states = {0: "completed", 1: "failed", 2: "running", 3: "queued", 4: "timeout", 5: "not submitted", 6: "cancelled"}
     states |= {7: "preempted", 8: "skipped_no_gpu", 9: "pruned", 10: "unknown"}
-    assert resume.to_resubmit(states) == {
+    assert sweep_resume.to_resubmit(states) == {
         1: "failed",
         4: "timeout",
         5: "not submitted",

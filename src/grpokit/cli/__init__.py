@@ -77,7 +77,7 @@ def _interrupted(module: str) -> str:
     """The line a Ctrl-C leaves: for ``sweep``, whether anything reached Slurm (or ran here)."""
     if module != "sweep":
         return "interrupted"
-    sweep = sys.modules.get("grpokit.submit.sweep")
+    sweep = sys.modules.get("grpokit.submit.stages")
     folder = getattr(sweep, "submitting_into", None)
     if folder is None:
         return "interrupted; nothing submitted"

@@ -24,9 +24,9 @@ from grpokit.run_folder import RunFolder, now, read_status, write_json_atomic
 from grpokit.run_folder.claim import folder_state, open_existing
 from grpokit.run_folder.locate import sweep_folder_arg
 from grpokit.run_folder.point_state import point_state
-from grpokit.run_folder.sweep import load_sweep
-from grpokit.slurm.cancel import scancel
-from grpokit.slurm.states import job_states
+from grpokit.run_folder.sweep_reader import load_sweep
+from grpokit.slurm.job_states import job_states
+from grpokit.slurm.scancel import scancel
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from grpokit.run_folder import FINAL_STATES, AttemptFolder, RunFolder, SweepFold
 from grpokit.run_folder.locate import sweep_folder_arg
 from grpokit.run_folder.metrics import attempt_dirs
 from grpokit.run_folder.point_state import below_final_target, halving_final_target
-from grpokit.run_folder.status import read_status
+from grpokit.run_folder.status_file import read_status
 
 KINDS = ("driver", "trainer", "sidecars")
 

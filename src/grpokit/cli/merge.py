@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grpokit.evaluation.merge import CheckpointError, merge_run
+from grpokit.evaluation.model_merge import CheckpointError, merge_run
 
 log = logging.getLogger(__name__)
 

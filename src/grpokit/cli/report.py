@@ -15,7 +15,7 @@ from pathlib import Path
 from grpokit.reports.plots import plot_curves, plot_heatmap
 from grpokit.reports.report_table import collect_report, tensorboard_command, write_tables
 from grpokit.run_folder.locate import sweep_folder_arg
-from grpokit.run_folder.sweep import load_sweep
+from grpokit.run_folder.sweep_reader import load_sweep
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import logging
 import sys
 
 from grpokit.run_folder.locate import sweep_folder_arg
-from grpokit.submit.resubmit import DEFAULT_STATES, resubmit, select
+from grpokit.submit.resubmit_points import DEFAULT_STATES, resubmit, select
 
 
 def main(argv: list[str] | None = None) -> int:

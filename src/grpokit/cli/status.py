@@ -30,7 +30,7 @@ from rich.live import Live
 
 from grpokit.reports.status_table import collect_rows, render_table, row_json
 from grpokit.run_folder.locate import sweep_folder_arg
-from grpokit.run_folder.sweep import load_sweep
+from grpokit.run_folder.sweep_reader import load_sweep
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The chained job of each point (``after=[merge,eval]``) as report columns, from the files and Slurm.
 
 Sources: ``<sweep>/chain.json`` (the chained job's id per point, :mod:`grpokit.submit.chain`),
-``<run>/chain_status.json`` (what the job itself recorded, :mod:`grpokit.evaluation.chain`) and
+``<run>/chain_status.json`` (what the job itself recorded, :mod:`grpokit.evaluation.chained_job`) and
 Slurm's view of the job. Columns: ``chain`` (``queued``, ``running``, ``completed``, ``failed``,
 ``skipped``, ``cancelled``, ``not_submitted``, ``unknown``), ``chain_reason``, ``base_acc``,
 ``trained_acc``, ``acc_delta`` (accuracy on the point's test file, from ``eval/eval_summary.json``
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from grpokit.run_folder.layout import RunFolder
-from grpokit.slurm.states import SlurmJobState
+from grpokit.slurm.job_states import SlurmJobState
 
 COLUMNS = ("chain", "chain_reason", "base_acc", "trained_acc", "acc_delta")
 

@@ -25,8 +25,8 @@ from grpokit.reports.summary import (
 from grpokit.run_folder import startup_view
 from grpokit.run_folder.metrics import merge_attempts, val_acc_keys
 from grpokit.run_folder.point_state import WAITING_RUNG, at_rung, halving_final_target, point_state, rung_reason
-from grpokit.run_folder.sweep import Sweep
-from grpokit.slurm.states import job_states
+from grpokit.run_folder.sweep_reader import Sweep
+from grpokit.slurm.job_states import job_states
 
 log = logging.getLogger(__name__)
 

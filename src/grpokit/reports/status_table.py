@@ -21,9 +21,9 @@ from grpokit.reports.summary import last_reward, point_reason
 from grpokit.run_folder import startup_view
 from grpokit.run_folder.metrics import merge_attempts, val_acc_keys
 from grpokit.run_folder.point_state import WAITING_RUNG, at_rung, halving_final_target, point_state, rung_reason
-from grpokit.run_folder.status import attempt_elapsed_s
-from grpokit.run_folder.sweep import Point, Sweep
-from grpokit.slurm.states import SlurmJobState, job_states
+from grpokit.run_folder.status_file import attempt_elapsed_s
+from grpokit.run_folder.sweep_reader import Point, Sweep
+from grpokit.slurm.job_states import SlurmJobState, job_states
 
 log = logging.getLogger(__name__)
 

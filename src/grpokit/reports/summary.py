@@ -17,9 +17,9 @@ import pandas as pd
 
 from grpokit.run_folder.metrics import VAL_ACC_RE, val_acc_keys
 from grpokit.run_folder.point_state import open_attempt_verdict, point_state, status_is_this_jobs
-from grpokit.run_folder.status import attempt_elapsed_s
-from grpokit.run_folder.sweep import Point
-from grpokit.slurm.states import SlurmJobState
+from grpokit.run_folder.status_file import attempt_elapsed_s
+from grpokit.run_folder.sweep_reader import Point
+from grpokit.slurm.job_states import SlurmJobState
 
 log = logging.getLogger(__name__)
 

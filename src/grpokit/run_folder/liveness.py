@@ -38,8 +38,8 @@ from grpokit.run_folder.heartbeat import read_record
 from grpokit.run_folder.layout import METRICS, SUBMITIT_DIR
 
 if TYPE_CHECKING:
-    from grpokit.run_folder.sweep import Point
-    from grpokit.slurm.states import SlurmJobState
+    from grpokit.run_folder.sweep_reader import Point
+    from grpokit.slurm.job_states import SlurmJobState
 
 #: verl's checkpoint tracker in the checkpoint folder (verl's ``latest_checkpointed_iteration.txt``).
 TRACKER = "latest_checkpointed_iteration.txt"

@@ -1,8 +1,8 @@
 """A point's state word: what ``status``, ``report``, ``resubmit``, ``resume`` and ``cancel`` call it.
 
 One owner for the word, below every layer that needs it (submit, reports, cli): the point's
-``status.json`` (read back as :class:`~grpokit.run_folder.sweep.Point`) and Slurm's view of its job
-(:class:`grpokit.slurm.states.SlurmJobState`, only its ``kit_state`` is read) give one of
+``status.json`` (read back as :class:`~grpokit.run_folder.sweep_reader.Point`) and Slurm's view of its job
+(:class:`grpokit.slurm.job_states.SlurmJobState`, only its ``kit_state`` is read) give one of
 queued | running | completed | failed | preempted | timeout | cancelled | skipped_no_gpu | pruned |
 not submitted | unknown; in a halving sweep, :func:`at_rung` shows a rung's ``completed`` as ``waiting_rung``.
 """
@@ -18,8 +18,8 @@ from grpokit.run_folder.liveness import Verdict, settle
 from grpokit.run_folder.states import FINAL_STATES
 
 if TYPE_CHECKING:
-    from grpokit.run_folder.sweep import Point
-    from grpokit.slurm.states import SlurmJobState
+    from grpokit.run_folder.sweep_reader import Point
+    from grpokit.slurm.job_states import SlurmJobState
 
 # status.json "state" -> the status word shown when Slurm has no answer (or the job's own record wins).
 STATUS_WORD = {

@@ -80,7 +80,7 @@ from grpokit.runtime.first_error import first_error_in_file
 from grpokit.runtime.job_log import JobLog
 from grpokit.runtime.outcome import Exit, Happened, JobFailed, Outcome, decide
 from grpokit.runtime.parts import Parts, Trainer
-from grpokit.runtime.resume import ResumeRefused, check_world_size, prepare_resume
+from grpokit.runtime.resume_from import ResumeRefused, check_world_size, prepare_resume
 from grpokit.runtime.sidecars import SidecarError
 from grpokit.validate import gpu_plan
 

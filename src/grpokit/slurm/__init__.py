@@ -7,11 +7,11 @@ other part of the kit, and config, validate, submit, runtime and results all imp
 - :mod:`~grpokit.slurm.executor`: a point's ``cluster`` settings as submitit's Slurm parameters.
 - :mod:`~grpokit.slurm.sbatch`: the batch script those parameters make (one renderer for the
   submission, ``dry_run.md``, ``sbatch --test-only`` and the check of ``slurm/train.sbatch``).
-- :mod:`~grpokit.slurm.states`: job states from squeue / scontrol / sacct and the kit's words for them.
+- :mod:`~grpokit.slurm.job_states`: job states from squeue / scontrol / sacct and the kit's words for them.
 - :mod:`~grpokit.slurm.task`: this task's own id and allocation (inside a job).
 - :mod:`~grpokit.slurm.time_left`: this task's time left before its limit.
 - :mod:`~grpokit.slurm.stop_view`: what slurmctld says about this task when a stop signal arrives.
-- :mod:`~grpokit.slurm.cancel`: ``scancel`` of the kit's jobs (the one caller of scancel).
+- :mod:`~grpokit.slurm.scancel`: ``scancel`` of the kit's jobs (the one caller of scancel).
 - :mod:`~grpokit.slurm.requeue`: ``scontrol requeue`` of this task (and when/where it may run again).
 - :mod:`~grpokit.slurm.nodes`: the allocation's node names and addresses, steps on other nodes, the
   partition's size.

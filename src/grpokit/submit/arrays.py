@@ -26,11 +26,11 @@ from grpokit.run_folder import write_json_atomic
 from grpokit.run_folder.layout import CHAIN, MANIFEST, POINT, SUBMISSIONS, SUBMITIT_DIR
 from grpokit.run_folder.manifest import slurm_ids
 from grpokit.slurm import sbatch
-from grpokit.slurm.cancel import scancel
 from grpokit.slurm.cluster import array_chunks, max_array_size
 from grpokit.slurm.executor import make_executor
+from grpokit.slurm.scancel import scancel
 from grpokit.submit import snapshot
-from grpokit.submit.task import RunPointTask
+from grpokit.submit.point_job import RunPointTask
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@
   "settings": {ChainConf}, "points": {name: {"job_id": str | null, "after": str, "submitted":
   iso8601, "refused": str (sbatch's words, only when refused), "history": [{"job_id", "after",
   "replaced"}]}}}``. The job itself writes ``<run>/chain_status.json``
-  (:mod:`grpokit.evaluation.chain` has its format).
+  (:mod:`grpokit.evaluation.chained_job` has its format).
 
 Chaining and successive halving do not combine (a halving point's job ends at each rung): the
 sweep command refuses ``after`` with ``halving.rungs``.
@@ -39,13 +39,13 @@ from grpokit.config.point import PointSpec
 from grpokit.config.schema import ChainConf
 from grpokit.run_folder import now, write_json_atomic
 from grpokit.run_folder.layout import SweepFolder
-from grpokit.slurm.cancel import scancel
+from grpokit.slurm.scancel import scancel
 from grpokit.submit.dependent import submit_dependent
 
 log = logging.getLogger(__name__)
 
 #: The module the chained job runs (``python -m``), named here without importing it.
-JOB_MODULE = "grpokit.evaluation.chain"
+JOB_MODULE = "grpokit.evaluation.chained_job"
 
 
 class ChainError(ValueError):
@@ -123,7 +123,7 @@ def record_plan(sweep_dir: Path, plan: ChainPlan | None) -> None:
 
 
 def job_argv(run_dir: str, plan: Mapping[str, Any]) -> list[str]:
-    """The chained job's command: ``python -m grpokit.evaluation.chain <run> --steps ...``."""
+    """The chained job's command: ``python -m grpokit.evaluation.chained_job <run> --steps ...``."""
     settings = ChainConf.of(plan.get("settings"))
     argv = [sys.executable, "-m", JOB_MODULE, str(run_dir), "--steps", ",".join(plan["after"])]
     if settings.limit is not None:

@@ -1,8 +1,8 @@
 """Submit: the validated points handed to Slurm (one job array per request) or run here one
 after another; the dry run's record of what would be submitted.
 
-The last stage of the sweep command (grpokit.submit.sweep), shared with resubmission
-(grpokit.submit.resubmit), which sends points out the same way.
+The last stage of the sweep command (grpokit.submit.stages), shared with resubmission
+(grpokit.submit.resubmit_points), which sends points out the same way.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from grpokit.config.point import PointSpec, kit_notices
 from grpokit.run_folder import RunFolder, SweepFolder
 from grpokit.submit import chain
-from grpokit.submit.task import RunPointTask
+from grpokit.submit.point_job import RunPointTask
 from grpokit.validate import Problem, SweepValidationError
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Plan: a sweep's points from Hydra's job overrides (the first composed fully, the others from it).
 
-The first stage of the sweep command (grpokit.submit.sweep: plan -> validate -> claim -> submit).
+The first stage of the sweep command (grpokit.submit.stages: plan -> validate -> claim -> submit).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ def attempt_counts(specs: list[PointSpec]) -> list[int]:
 
 
 def _slurm_final(job_ids: list[str | None]) -> dict[str, str]:
-    from grpokit.slurm.states import job_states
+    from grpokit.slurm.job_states import job_states
 
     wanted = [j for j in job_ids if j]
     if not wanted:
@@ -42,8 +42,8 @@ def _settled(spec: PointSpec, job_id: str | None, status: dict) -> str | None:
     asked only when the driver's record holds an outcome or its heartbeat is stale."""
     from grpokit.run_folder.heartbeat import read_record
     from grpokit.run_folder.liveness import settle
-    from grpokit.run_folder.sweep import Point
-    from grpokit.slurm.states import job_states
+    from grpokit.run_folder.sweep_reader import Point
+    from grpokit.slurm.job_states import job_states
 
     record = read_record(Path(spec.run_dir))
     if record is None or (record.outcome is None and not record.stale):

@@ -2,7 +2,7 @@
 
 Unlike Hydra's submitit launcher it never blocks until the jobs end (hydra#2479, #1847), submits
 nothing when any point is invalid, and writes the sweep's manifest. The work is in
-:mod:`grpokit.submit.sweep`; this file is the thin plugin Hydra discovers.
+:mod:`grpokit.submit.stages`; this file is the thin plugin Hydra discovers.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class GrpokitLauncher(Launcher):
         self.hydra_context = hydra_context
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from grpokit.submit.sweep import launch_sweep  # heavy imports stay out of plugin discovery
+        from grpokit.submit.stages import launch_sweep  # heavy imports stay out of plugin discovery
         from grpokit.validate import SweepValidationError
 
         assert self.config is not None and self.hydra_context is not None

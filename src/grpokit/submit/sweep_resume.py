@@ -24,7 +24,7 @@ from grpokit.validate import Problem
 COMPARED_SECTIONS = ("experiment", "model", "hardware", "sidecars")
 #: Top-level kit keys (and config groups) whose overrides a resume does not compare: they name the
 #: command, the folders or where and how the points run, not the training (not the sweep command's
-#: one-value-per-command keys, grpokit.submit.sweep._COMMAND_KEYS).
+#: one-value-per-command keys, grpokit.submit.stages._COMMAND_KEYS).
 NOT_COMPARED_KEYS = ("sweep_name", "resume", "dry_run", "wait", "logs_root", "hydra", "cluster", "runtime")
 
 #: verl keys the kit derives from the sweep's and the point's names (grpokit.config.point): they follow
@@ -174,8 +174,8 @@ def check_same_settings(manifest: dict[str, Any], specs: list[PointSpec]) -> lis
 def point_states(sweep_dir: Path) -> dict[int, str]:
     """``{index: status word}`` of every recorded point (Slurm's live view, then status.json)."""
     from grpokit.run_folder.point_state import point_state
-    from grpokit.run_folder.sweep import load_sweep
-    from grpokit.slurm.states import job_states
+    from grpokit.run_folder.sweep_reader import load_sweep
+    from grpokit.slurm.job_states import job_states
 
     sweep = load_sweep(sweep_dir)
     ids = [p.job_id for p in sweep.points if p.job_id]

@@ -1,10 +1,10 @@
 """The chained job of one point (``after=[merge,eval]``, submitted by :mod:`grpokit.submit.chain`).
 
-    python -m grpokit.evaluation.chain <run folder> --steps merge,eval [--limit N] [--max-tokens N]
+    python -m grpokit.evaluation.chained_job <run folder> --steps merge,eval [--limit N] [--max-tokens N]
         [--server-command JSON]
 
 It starts only once the point's job ended with exit 0 (``afterok``) and runs the kit's own commands:
-``merge`` is :func:`grpokit.evaluation.merge.merge_run` (verl's model merger) on the latest complete
+``merge`` is :func:`grpokit.evaluation.model_merge.merge_run` (verl's model merger) on the latest complete
 checkpoint into ``<run>/hf``; ``eval`` is ``grpokit serve-eval --run-dir <run>`` (base and merged
 model served by vLLM, scored on the point's ``data.val_files``) into ``<run>/eval/``. A ``hf/`` or
 ``eval/`` already there (an earlier chain, before the point was resubmitted, or a hand-made merge)
@@ -84,7 +84,7 @@ def run_chain(run_dir: Path, steps: list[str], eval_args: list[str]) -> dict[str
     step = "merge"
     try:
         if "merge" in steps:
-            from grpokit.evaluation.merge import choose_checkpoint, merge_run
+            from grpokit.evaluation.model_merge import choose_checkpoint, merge_run
 
             for old in (folder.hf, folder.eval):
                 moved = aside(old)

@@ -29,7 +29,7 @@ from grpokit.run_folder.claim import (
 from grpokit.run_folder.claim import claim as claim_folder
 from grpokit.run_folder.manifest import read_manifest, write_manifest
 from grpokit.submit import chain, halving, repeats, snapshot
-from grpokit.submit import resume as resume_mod
+from grpokit.submit import sweep_resume as resume_mod
 from grpokit.submit.dispatch import arrays_phrase, check_picklable, run_local, submit_slurm, write_dry_run
 from grpokit.submit.dry_run_summary import dry_run_summary
 from grpokit.submit.points import build_points, point_loader, swept_keys
@@ -239,7 +239,7 @@ def resume_sweep(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], 
     if not todo:
         print(f"resume: settings match; nothing to resubmit in {sweep_dir} (points: {left})")
         return [_job_return(s, None) for s in specs]
-    from grpokit.submit.resubmit import submit_again  # it submits through submit_slurm, below
+    from grpokit.submit.resubmit_points import submit_again  # it submits through submit_slurm, below
 
     global submitting_into
     submitting_into = sweep_dir

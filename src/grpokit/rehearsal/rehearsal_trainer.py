@@ -1,7 +1,7 @@
 """The rehearsal trainer: a stand-in for ``python -m verl.trainer.main_ppo`` on nodes without a GPU.
 
 verl cannot train without a CUDA GPU. ``rehearse=true`` on the sweep command runs this module
-instead (``python -m grpokit.rehearsal.trainer``, through ``runtime.trainer_cmd``), so a sweep's
+instead (``python -m grpokit.rehearsal.rehearsal_trainer``, through ``runtime.trainer_cmd``), so a sweep's
 whole Slurm path (arrays, sidecars, Ray, checkpoints, requeues, resubmission, reports) can be
 rehearsed on CPU nodes before GPU hours are spent; the kit's own tests use it as their TEST DOUBLE of
 verl's trainer (``tests/doubles/fake_verl_trainer.py`` re-exports it). Its metrics are made up

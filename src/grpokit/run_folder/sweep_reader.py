@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpokit.run_folder.manifest import read_manifest
-from grpokit.run_folder.status import StatusFileError, read_status
+from grpokit.run_folder.status_file import StatusFileError, read_status
 
 log = logging.getLogger(__name__)
 

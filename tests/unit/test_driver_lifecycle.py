@@ -49,15 +49,15 @@ def signal_handlers():
         signal.signal(s, handler)
 
 
-def make_spec(bare_point, tmp_path: Path, *, steps: int = 5, **runtime) -> PointSpec:
+def make_spec(bare_point, tmp_path: Path, *, steps: int = 5, name: str = "000_lifecycle", **runtime) -> PointSpec:
     """One point as the sweep builds it, with a sidecar whose URL goes into the reward's kwargs."""
-    ckpt = tmp_path / "ckpt" / "000_lifecycle"
+    ckpt = tmp_path / "ckpt" / name
     return bare_point(
         tmp_path / "logs" / "unit",
-        0,
+        int(name[:3]),
         {"gpus_per_node": 1, "signal_delay_s": LEAD_S},
         "unit",
-        name="000_lifecycle",
+        name=name,
         checkpoint_dir=str(ckpt),
         verl_overrides=[
             f"trainer.total_training_steps={steps}",
@@ -459,3 +459,25 @@ def test_the_outcome_reaches_the_readers_when_status_json_cannot_be_written(
     point = Point(index=0, name=spec.name, run_dir=Path(spec.run_dir), status=status)
     assert point_state(point, None) == "failed"
     assert "trainer exited with 3; first error in trainer.log: RuntimeError: CUDA error" in point_reason(point, None)
+
+
+def test_a_later_point_starts_from_the_compile_cache_of_a_sibling_that_logged_a_step(
+    tmp_path, bare_point, signal_handlers
+):
+    first = make_spec(bare_point, tmp_path, steps=2)
+    kernel = Path(first.checkpoint_dir) / ".compile_cache" / "triton" / "abc" / "chunk_fwd.cubin"
+    kernel.parent.mkdir(parents=True)
+    kernel.write_bytes(b"compiled")  # as Triton leaves it during the engine's first forward pass
+    r1 = run_attempt(first)
+    assert r1.status["state"] == "completed" and "compile_cache_seeded_from" not in r1.attempt  # its own
+    listed = json.loads((kernel.parents[2] / "COMPLETE.json").read_text())["files"]
+    assert listed == {"triton/abc/chunk_fwd.cubin": 8}
+
+    second = make_spec(bare_point, tmp_path, steps=2, name="001_lifecycle")
+    r2 = run_attempt(second)
+    assert r2.attempt["compile_cache_seeded_from"] == str(kernel.parents[2])
+    copy = Path(second.checkpoint_dir) / ".compile_cache" / "triton" / "abc" / "chunk_fwd.cubin"
+    assert copy.read_bytes() == b"compiled"
+    env = json.loads((Path(second.run_dir) / "env.json").read_text())["trainer_env"]
+    assert env["TRITON_CACHE_DIR"] == str(copy.parents[1])  # the copy is read, under its own point
+    assert_closed(r2, second, signal_handlers)

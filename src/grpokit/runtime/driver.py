@@ -212,6 +212,9 @@ class Driver:
                 self.status.update_attempt(resume_step=resume["resume_step"], checkpoint_set_aside=resume["note"])
             else:
                 self.status.update_attempt(resume_step=resume["resume_step"])
+            seeded = compile_cache.seed(self.spec.checkpoint_dir, self.run_dir.parent.glob("*/checkpoints"))
+            if seeded:  # a first attempt: a sibling point's compiled kernels, not a compile of its own
+                self.status.update_attempt(compile_cache_seeded_from=seeded)
             env = {
                 **os.environ,
                 **compile_cache.environment(self.spec.checkpoint_dir, os.environ),  # reused on resume
@@ -542,6 +545,7 @@ class Driver:
                 self._observe_log(trainer_log)
                 if metrics.exists() and metrics.stat().st_size > 0:
                     timeline_written = self._write_startup()  # readable while the point runs
+                    compile_cache.mark_complete(ckpt_dir)  # a step ran: the kernels are compiled, siblings may copy
             if self.stop_signal is not None:
                 # On SIGTERM Slurm signals every process of the job: deaths are expected now.
                 if self.stop is not None and self.stop.overdue(self.parts.clock()):

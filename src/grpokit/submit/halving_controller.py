@@ -34,7 +34,7 @@ from grpokit.run_folder import RunFolder, now, read_status, write_json_atomic
 from grpokit.run_folder.claim import open_existing
 from grpokit.run_folder.halving_record import HalvingPlan, HalvingRecord, HalvingStage, read_halving, write_halving
 from grpokit.run_folder.layout import HALVING
-from grpokit.run_folder.manifest import MANIFEST, read_manifest, replace_job_ids
+from grpokit.run_folder.manifest import read_manifest, replace_job_ids
 from grpokit.runtime import resubmission
 from grpokit.slurm.cluster import run_slurm
 from grpokit.submit import arrays
@@ -140,8 +140,8 @@ def start(sweep_dir: Path, specs: list[PointSpec], plan: HalvingPlan) -> str:
     """After the sweep's submission: write ``halving.json`` and submit the first controller; returns its id."""
     sweep_dir = Path(sweep_dir)
     with open_existing(sweep_dir) as claim:
-        points = read_manifest(sweep_dir)["points"]
-        record = rules.first_record(plan, [p["name"] for p in points], [p["job_id"] for p in points])
+        points = read_manifest(sweep_dir).points
+        record = rules.first_record(plan, [p.name for p in points], [p.job_id for p in points])
         after = rules.arrays_of(record.stages[0].job_ids)
         controller, restart = submit_controller(sweep_dir, specs[0].cluster, after, 0)
         write_halving(sweep_dir, rules.controller_submitted(record, 0, controller, restart))
@@ -183,10 +183,10 @@ class _Sweep:
         self.dir = sweep_dir
         self.claim = claim
         self.manifest = read_manifest(sweep_dir)
-        self.entries = {p["name"]: p for p in self.manifest["points"]}
+        self.entries = {p.name: p for p in self.manifest.points}
 
     def run_dir(self, name: str) -> Path:
-        return Path(self.entries[name]["run_dir"])
+        return Path(self.entries[name].run_dir)
 
     def spec(self, name: str) -> PointSpec:
         return PointSpec.from_json(RunFolder(self.run_dir(name)).point.read_text())
@@ -219,11 +219,11 @@ class _Sweep:
         replace_job_ids(
             self.manifest,
             {
-                self.entries[n]["index"]: (j, f"completed (rung {stage + 1})")
+                self.entries[n].index: (j, f"completed (rung {stage + 1})")
                 for n, j in zip(step.points, ids, strict=True)
             },
         )
-        write_json_atomic(self.dir / MANIFEST, self.manifest)
+        self.manifest.write(self.dir)
         return record
 
     def submit_next_controller(self, record: HalvingRecord, stage: int, step: rules.SubmitController) -> HalvingRecord:

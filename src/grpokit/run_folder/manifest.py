@@ -87,7 +87,19 @@ class ManifestPoint:
         self.submitted = now()
 
     def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "history": [dataclasses.asdict(h) for h in self.history]}
+        """The entry's JSON object, its keys in the order the sweep command has always written them."""
+        return {
+            "index": self.index,
+            "name": self.name,
+            "overrides": list(self.overrides),
+            "swept": dict(self.swept),
+            "run_dir": self.run_dir,
+            "job_id": self.job_id,
+            "array_job_id": self.array_job_id,
+            "array_task_id": self.array_task_id,
+            "submitted": self.submitted,
+            "history": [dataclasses.asdict(h) for h in self.history],
+        }
 
 
 #: A top-level key only some manifests have: written only when its value is not None.

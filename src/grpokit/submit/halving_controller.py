@@ -269,7 +269,7 @@ def advance(sweep_dir: Path, stage: int) -> dict[str, Any]:
         if isinstance(step, rules.NotRecorded):
             log.warning("halving stage %d of %s is not recorded; nothing to do", stage, sweep_dir)
             return {}
-        assert record is not None  # recorded
+        assert record is not None  # next_step says NotRecorded for None
         sweep = _Sweep(sweep_dir, claim)
         rung = rules.rung_label(record.plan, stage)
         if isinstance(step, rules.Decide):  # 1. decide, and record the decision before acting on it
@@ -284,7 +284,8 @@ def advance(sweep_dir: Path, stage: int) -> dict[str, Any]:
         for prune in rules.prunes(record, stage):  # 2. prune (a point already pruned by this stage is left)
             _prune(sweep.run_dir(prune.name), prune)
         decided = record.stages[stage]
-        log.info("%s: kept %s; pruned %s; out %s", rung, decided.kept, decided.pruned, decided.out)
+        if decided.is_decided:
+            log.info("%s: kept %s; pruned %s; out %s", rung, decided.kept, decided.pruned, decided.out)
         for _ in range(3):  # 3. resubmit the kept, once; 4. the next stage's controller, once
             step = rules.next_step(record, stage)
             if isinstance(step, rules.Resubmit):

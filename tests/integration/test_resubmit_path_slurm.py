@@ -43,7 +43,7 @@ def test_submit_again_submits_like_the_sweep_and_records_it(slurm, tmp_path, kin
         job_ids, changed = submit_again(claim, specs, {0: "failed", 1: "timeout"}, how="resubmit")
     try:
         manifest = json.loads((sweep / "manifest.json").read_text())
-        assert [e["job_id"] for e in manifest["points"]] == job_ids == [e["job_id"] for e in changed]
+        assert [e["job_id"] for e in manifest["points"]] == job_ids == [e.job_id for e in changed]
         assert [e["history"][-1]["job_id"] for e in manifest["points"]] == ["5_0", "5_1"]  # never lost
         assert [e["history"][-1]["state"] for e in manifest["points"]] == ["failed", "timeout"]
         (line,) = [json.loads(x) for x in (sweep / "submissions.jsonl").read_text().splitlines()]

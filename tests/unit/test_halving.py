@@ -1,17 +1,42 @@
-"""Successive halving's plan checks and ranking (grpokit.submit.halving); the Slurm run is
+"""Successive halving's decisions (grpokit.submit.halving: plan checks, ranking, the stage's steps)
+and its record (grpokit.run_folder.halving_record), without Slurm or a sweep folder: milliseconds.
+The controller that acts on them: test_halving_controller.py; the Slurm run:
 tests/integration/test_halving_slurm.py."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
-import orjson
 import pytest
 
 from grpokit.config.point import PointSpec
+from grpokit.run_folder.halving_record import (
+    HalvingRecord,
+    HalvingRecordError,
+    HalvingStage,
+    RankedPoint,
+    read_halving,
+    write_halving,
+)
 from grpokit.submit import halving
-from grpokit.submit.halving import HalvingError, HalvingPlan, decide, plan_of, with_target
+from grpokit.submit.halving import (
+    Decide,
+    Done,
+    HalvingError,
+    HalvingPlan,
+    NotRecorded,
+    PointAtRung,
+    Resubmit,
+    SubmitController,
+    decide,
+    decide_stage,
+    next_step,
+    plan_of,
+    prunes,
+    with_target,
+)
 
 
 @pytest.fixture
@@ -79,118 +104,155 @@ def test_ranking_keeps_the_best_fraction_missing_values_last_ties_in_sweep_order
     assert decide({"a": 0.1}, ["a"], 8, plan)[1] == 1  # never more than were ranked, never none
 
 
-def test_metric_at_reads_the_last_value_at_or_before_the_rung(tmp_path):
-    attempt = tmp_path / "attempts" / "1"
-    attempt.mkdir(parents=True)
-    rows = [
-        {"step": 1, "data": {"critic/score/mean": 0.1}},
-        {"step": 2, "data": {"critic/score/mean": 0.2, "val-core/openai/gsm8k/acc/mean@1": 0.5}},
-        {"step": 3, "data": {"critic/score/mean": 0.3}},
-    ]
-    (attempt / "metrics.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
-    assert halving.metric_at(tmp_path, "val_acc", 3) == ("val-core/openai/gsm8k/acc/mean@1", 0.5)
-    assert halving.metric_at(tmp_path, "critic/score/mean", 2) == ("critic/score/mean", 0.2)
-    assert halving.metric_at(tmp_path, "actor/entropy", 3) == ("actor/entropy", None)
+PLAN = HalvingPlan((2, 4), 0.5, "val_acc", "max", 6)
+ACC = "val-core/openai/gsm8k/acc/mean@1"
 
 
-def _sweep(tmp_path, values: list[float], bare_point) -> tuple:
-    """A sweep folder whose points all completed rung 1 (step 2) with these val accuracies."""
-    from grpokit.run_folder import write_json_atomic
-
-    sweep = tmp_path / "s"
-    entries = []
-    for i, value in enumerate(values):
-        spec = bare_point(sweep, i, cluster={"kind": "slurm"}, verl_overrides=["trainer.total_training_steps=2"])
-        run = sweep / spec.name
-        (run / "attempts" / "1").mkdir(parents=True)
-        (run / "point.json").write_text(spec.to_json())
-        row = {"step": 2, "data": {"val-core/openai/gsm8k/acc/mean@1": value}}
-        (run / "attempts" / "1" / "metrics.jsonl").write_bytes(orjson.dumps(row) + b"\n")
-        write_json_atomic(run / "status.json", {"state": "completed", "last_step": 2, "attempts": []})
-        entries.append({"name": spec.name, "index": i, "run_dir": str(run), "job_id": f"10_{i}"})
-    write_json_atomic(sweep / "manifest.json", {"points": entries})
-    plan = HalvingPlan((2, 4), 0.5, "val_acc", "max", 6)
-    names = [e["name"] for e in entries]
-    state = {**plan.to_json(), "stage": 0, "stages": [{"stage": 0, "target": 2, "points": names, "job_ids": []}]}
-    write_json_atomic(sweep / "halving.json", state)
-    return sweep, names
+def _at_rung(value: float | None, step: int = 2) -> PointAtRung:
+    return PointAtRung("completed", step, ACC, value)
 
 
-@pytest.fixture
-def slurm_calls(monkeypatch):
-    """What the controller asks Slurm (sbatch of the arrays and of the next controller), recorded;
-    a list of exceptions in ``fail`` is raised by the next array submissions (a controller that
-    dies there)."""
-    calls = {"arrays": [], "controllers": [], "fail": []}
-
-    def submit_arrays(folder, specs, *, name):
-        if calls["fail"]:
-            raise calls["fail"].pop(0)
-        calls["arrays"].append([s.name for s in specs])
-        return [f"20_{i}" for i in range(len(specs))]
-
-    def submit_controller(sweep_dir, cluster, after, stage):
-        calls["controllers"].append((stage, after))
-        return f"3{stage}", f"4{stage}"
-
-    monkeypatch.setattr("grpokit.submit.arrays.submit_arrays", submit_arrays)
-    monkeypatch.setattr(halving, "submit_controller", submit_controller)
-    return calls
+def test_decide_stage_ranks_those_that_reached_the_rung_and_says_where_the_others_are():
+    stage = HalvingStage(0, 2, ("a", "b", "c", "d", "e", "f"), ("1_0", "1_1", "1_2", "1_3", "1_4", "1_5"))
+    seen = {
+        "a": _at_rung(0.2),
+        "b": _at_rung(0.5),
+        "c": PointAtRung("failed", None),
+        "d": PointAtRung("completed", 1),  # completed short of the rung: not ranked
+        "e": _at_rung(0.4),
+    }  # f: never observed (no status.json yet)
+    decided = decide_stage(PLAN, stage, seen, "2026-12-03T12:00:00+00:00")
+    assert [r.name for r in decided.ranked] == ["b", "e", "a"]
+    assert decided.kept == ("b", "e", "a") and decided.pruned == ()  # floor(0.5 x 6) = 3: all 3 ranked
+    assert decided.out == {"c": "failed", "d": "completed", "f": "pending"}
+    assert decided.metric_key == ACC and decided.decided == "2026-12-03T12:00:00+00:00"
+    nobody = decide_stage(PLAN, stage, {}, "t")
+    assert nobody.kept == () and nobody.metric_key == "val_acc" and nobody.is_decided
 
 
-def test_the_controller_run_twice_for_one_stage_submits_once(tmp_path, bare_point, slurm_calls):
-    sweep, names = _sweep(tmp_path, [0.1, 0.4, 0.3, 0.2], bare_point)
-    first = halving.advance(sweep, 0)
-    again = halving.advance(sweep, 0)  # the restart, or a requeue, of the same stage
-    assert first["kept"] == again["kept"] == [names[1], names[2]]
-    assert slurm_calls["arrays"] == [[names[1], names[2]]]
-    assert slurm_calls["controllers"] == [(1, ["20"])]
-    state = halving.read_halving(sweep)
-    assert state["stage"] == 1 and state["stages"][1]["controller"] == "31"
-    assert state["stages"][1]["controller_restart"] == "41"
-    manifest = orjson.loads((sweep / "manifest.json").read_bytes())
-    assert [len(p.get("history", [])) for p in manifest["points"]] == [0, 1, 1, 0], "one resubmission each"
+def _stage0(values: list[float]) -> tuple[HalvingRecord, list[str]]:
+    names = [f"00{i}_p" for i in range(len(values))]
+    record = halving.first_record(PLAN, names, [f"10_{i}" for i in range(len(names))])
+    return halving.controller_submitted(record, 0, "30", "40"), names
 
 
-def test_a_controller_that_died_before_submitting_is_finished_by_its_restart(
-    tmp_path, bare_point, slurm_calls, monkeypatch
-):
-    sweep, names = _sweep(tmp_path, [0.1, 0.4, 0.3, 0.2], bare_point)
-    monkeypatch.setattr(halving, "_queued_since", lambda name, since: [])  # squeue: none of the sweep's jobs
-    slurm_calls["fail"].append(RuntimeError("sbatch: error: Batch job submission failed"))
-    with pytest.raises(RuntimeError):
-        halving.advance(sweep, 0)
-    decided = halving.read_halving(sweep)["stages"][0]
-    assert decided["kept"] == [names[1], names[2]], "the decision is recorded before it is acted on"
-    pruned = orjson.loads((sweep / names[0] / "status.json").read_bytes())
-    assert pruned["state"] == "pruned" and pruned["reason"].startswith("rung 1 (step 2): rank 4/4")
-    # the restart finds it decided (the pruned points are no longer 'completed': not re-ranked)
-    record = halving.advance(sweep, 0)
-    assert record["kept"] == [names[1], names[2]] and record["decided"] == decided["decided"]
-    assert slurm_calls["arrays"] == [[names[1], names[2]]] and slurm_calls["controllers"] == [(1, ["20"])]
+def test_the_stage_steps_in_order_each_recorded_before_the_next():
+    record, names = _stage0([0.1, 0.4, 0.3, 0.2])
+    assert next_step(record, 0) == Decide()
+    seen = {n: _at_rung(v) for n, v in zip(names, [0.1, 0.4, 0.3, 0.2], strict=True)}
+    record = record.with_stage(decide_stage(PLAN, record.stages[0], seen, "t0"))
+    assert next_step(record, 0) == Resubmit((names[1], names[2]), 4, None)
+    began = halving.began_resubmit(record, 0, "t1")
+    assert next_step(began, 0) == Resubmit((names[1], names[2]), 4, "t1"), "a restart checks Slurm first"
+    record = halving.resubmitted(began, 0, next_step(began, 0), ["20_0", "20_1"])
+    assert record.stage == 1 and record.stages[1].points == (names[1], names[2])
+    assert next_step(record, 0) == SubmitController(1, ("20",), None)
+    began = halving.began_controller(record, 1, "t2")
+    assert next_step(began, 0) == SubmitController(1, ("20",), "t2")
+    record = halving.controller_submitted(began, 1, "31", "41")
+    assert isinstance(next_step(record, 0), Done)
+    # stage 1 (the last rung): decide, resubmit to the final target, and no controller after it
+    record = record.with_stage(decide_stage(PLAN, record.stages[1], {names[1]: _at_rung(0.4, 4)}, "t3"))
+    assert next_step(record, 1) == Resubmit((names[1],), 6, None)
+    record = halving.resubmitted(record, 1, next_step(record, 1), ["21_0"])
+    assert record.stage == 2 and isinstance(next_step(record, 1), Done)
+    assert "final target 6" in next_step(record, 2).why
+    assert next_step(record, 3) == NotRecorded() and next_step(None, 0) == NotRecorded()
 
 
-def test_a_restart_that_finds_jobs_submitted_since_the_first_began_refuses(
-    tmp_path, bare_point, slurm_calls, monkeypatch
-):
-    sweep, names = _sweep(tmp_path, [0.1, 0.4, 0.3, 0.2], bare_point)
-    slurm_calls["fail"].append(RuntimeError("node lost right after sbatch answered"))
-    with pytest.raises(RuntimeError):
-        halving.advance(sweep, 0)
-    monkeypatch.setattr(halving, "_queued_since", lambda name, since: ["20_0", "20_1"])
-    with pytest.raises(HalvingError, match=r"Slurm holds job\(s\) 20_0, 20_1 of the sweep since; not submitting twice"):
-        halving.advance(sweep, 0)
-    assert slurm_calls["arrays"] == []
+def test_a_stage_where_no_point_reached_the_rung_ends_there():
+    record, _ = _stage0([0.1, 0.2])
+    record = record.with_stage(decide_stage(PLAN, record.stages[0], {}, "t"))
+    assert next_step(record, 0) == Done("rung 1 (step 2): no point completed the rung; nothing continues")
 
 
-def test_cancel_takes_a_pending_controllers_restart_first(tmp_path):
+def test_prune_reasons_name_rank_metric_cut_and_fraction():
+    record, names = _stage0([0.1, 0.4, 0.3, 0.2])
+    assert prunes(record, 0) == [], "nothing is pruned before the decision"
+    seen = {n: _at_rung(v) for n, v in zip(names, [0.1, 0.4, 0.3, None], strict=True)}
+    record = record.with_stage(decide_stage(PLAN, record.stages[0], seen, "t"))
+    got = prunes(record, 0)
+    assert [p.name for p in got] == [names[0], names[3]]
+    assert got[0].reason == (
+        f"rung 1 (step 2): rank 3/4 by val_acc ({ACC}) 0.1 < cut 0.3 (kept 2 of 4, halving.keep=0.5)"
+    )
+    assert got[1].reason.startswith("rung 1 (step 2): rank 4/4 by val_acc") and " none < cut" in got[1].reason
+    assert got[0].marker == {"stage": 0, "rung": 2, "rank": 3}
+    low = dataclasses.replace(record, plan=dataclasses.replace(PLAN, mode="min", metric=ACC))
+    assert f"by {ACC} 0.1 > cut" in prunes(low, 0)[0].reason
+
+
+# -- halving.json as a typed record ----------------------------------------------------------------------
+#: halving.json as the controller wrote it before the typed record (a sweep folder of that time).
+OLD_FILE = {
+    "rungs": [2, 4],
+    "keep": 0.5,
+    "metric": "val_acc",
+    "mode": "max",
+    "final_target": 6,
+    "stage": 1,
+    "stages": [
+        {
+            "stage": 0,
+            "target": 2,
+            "points": ["000_a", "001_b"],
+            "job_ids": ["10_0", "10_1"],
+            "controller": "30",
+            "controller_restart": "40",
+            "metric_key": ACC,
+            "ranked": [{"name": "001_b", "value": 0.5, "rank": 1}, {"name": "000_a", "value": None, "rank": 2}],
+            "kept": ["001_b"],
+            "pruned": ["000_a"],
+            "out": {},
+            "decided": "2026-12-01T10:00:00+00:00",
+            "resubmitting": "2026-12-01T10:00:01+00:00",
+        },
+        {"stage": 1, "target": 4, "points": ["001_b"], "job_ids": ["20_0"], "controller": None},
+    ],
+}
+
+
+def test_old_halving_json_reads_and_writes_back_unchanged(tmp_path):
+    (tmp_path / "halving.json").write_text(json.dumps(OLD_FILE))
+    record = read_halving(tmp_path)
+    assert record.plan == PLAN and record.stage == 1
+    assert record.stages[0].ranked == (RankedPoint("001_b", 0.5, 1), RankedPoint("000_a", None, 2))
+    assert record.stages[1].kept is None and not record.stages[1].is_decided
+    written = record.to_json()
+    assert written["stages"][0] == OLD_FILE["stages"][0]
+    assert written["stages"][1] == {**OLD_FILE["stages"][1], "controller_restart": None}
+    write_halving(tmp_path, record)
+    assert read_halving(tmp_path) == record
+    assert read_halving(tmp_path / "nowhere") is None
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.pop("final_target"), "final_target is missing"),
+        (lambda d: d.update(keep_fraction=0.5), "unknown key keep_fraction (known: rungs, keep"),
+        (lambda d: d["stages"][1].update(kept="001_b"), "stages[1].kept='001_b' must be a list of point names"),
+        (lambda d: d["stages"][0]["ranked"][0].pop("rank"), "stages[0].ranked[0].rank is missing"),
+        (lambda d: d.update(mode="up"), "mode='up' must be max or min"),
+        (lambda d: d.update(stages={}), "stages={} must be a list of stages"),
+    ],
+)
+def test_a_bad_halving_json_is_one_line_naming_the_file_and_key(tmp_path, change, message):
+    data = json.loads(json.dumps(OLD_FILE))
+    change(data)
+    (tmp_path / "halving.json").write_text(json.dumps(data))
+    with pytest.raises(HalvingRecordError) as err:
+        read_halving(tmp_path)
+    assert str(err.value).startswith(f"{tmp_path / 'halving.json'}: ") and message in str(err.value)
+    assert "\n" not in str(err.value)
+    (tmp_path / "halving.json").write_text("{not json")
+    with pytest.raises(HalvingRecordError, match="halving.json: not JSON"):
+        read_halving(tmp_path)
+
+
+def test_pending_controllers_restart_first_decided_stages_left_alone():
     # scancel of the controller alone would satisfy its restart's afternotok: the restart goes first
-    from grpokit.cli.cancel import _halving_controllers
-
-    stages = [
-        {"stage": 0, "controller": "31", "controller_restart": "41", "kept": ["a"]},  # decided: done
-        {"stage": 1, "controller": "32", "controller_restart": "42"},
-        {"stage": 2, "controller": None},
-    ]
-    (tmp_path / "halving.json").write_bytes(orjson.dumps({"stages": stages}))
-    assert _halving_controllers(tmp_path) == ["42", "32"]
+    record = HalvingRecord.from_json(OLD_FILE)
+    record = halving.controller_submitted(record, 1, "31", "41")
+    record = record.with_stage(HalvingStage(2, 6, ("001_b",), ("21_0",)))
+    assert record.pending_controllers() == ["41", "31"]

@@ -218,6 +218,7 @@ def test_status_watch_ends_once_every_point_is_final(tmp_path, monkeypatch, caps
 def test_halving_points_at_a_rung_are_waiting_rung_not_completed(tmp_path):
     from grpokit.reports.report_table import collect_report
     from grpokit.reports.status_table import collect_rows
+    from grpokit.run_folder.halving_record import HalvingPlan, HalvingRecord, write_halving
     from grpokit.run_folder.sweep_reader import load_sweep
 
     sweep = tmp_path / "sw"
@@ -227,7 +228,7 @@ def test_halving_points_at_a_rung_are_waiting_rung_not_completed(tmp_path):
         _point(sweep, 2, "pruned", target=2, step=2),
     ]
     folder = _sweep_folder(sweep, points)
-    (folder / "halving.json").write_text(json.dumps({"rungs": [2, 4], "final_target": 6, "stage": 0, "stages": []}))
+    write_halving(folder, HalvingRecord(HalvingPlan((2, 4), 0.5, "val_acc", "max", 6), 0, ()))
     rows = collect_rows(load_sweep(folder))
     assert [r.state for r in rows] == ["waiting_rung", "completed", "pruned"]
     assert "rung at step 2 (of 6)" in rows[0].reason
@@ -241,11 +242,12 @@ def test_logs_follow_goes_on_across_halving_rungs_until_the_final_target(tmp_pat
     import io
 
     from grpokit.cli import logs
+    from grpokit.run_folder.halving_record import HalvingPlan, HalvingRecord, write_halving
 
     sweep = tmp_path / "sw"
     run = sweep / "000_lr-0"
     (run / "attempts" / "1").mkdir(parents=True)
-    (sweep / "halving.json").write_text(json.dumps({"rungs": [2], "final_target": 4, "stage": 0, "stages": []}))
+    write_halving(sweep, HalvingRecord(HalvingPlan((2,), 0.5, "val_acc", "max", 4), 0, ()))
     (run / "attempts" / "1" / "trainer.log").write_text("step:1\nstep:2\n")
 
     def status(state: str, target: int, ends: list) -> None:

@@ -99,7 +99,7 @@ def test_the_halving_controller_runs_the_snapshot_too(tmp_path, monkeypatch):
     """The controller job (successive halving) ranks and resubmits: it runs the frozen code, as the points do."""
     import submitit
 
-    from grpokit.submit import halving
+    from grpokit.submit import halving_controller as halving
 
     sweep = tmp_path / "sweep"
     snapshot.take(sweep, package_src=checkout(tmp_path) / "src")

@@ -192,6 +192,7 @@ def test_status_shows_the_latest_attempts_start_up(tmp_path: Path) -> None:
     from rich.console import Console
 
     from grpokit.reports.status_table import render_table, row_json, status_row
+    from grpokit.run_folder.manifest import SweepManifest
     from grpokit.run_folder.sweep_reader import Point, Sweep
 
     run = tmp_path / "000_a"
@@ -212,7 +213,7 @@ def test_status_shows_the_latest_attempts_start_up(tmp_path: Path) -> None:
     data = row_json(row)
     assert data["startup_s"] == 146.0
     assert data["startup"] == "start-up 146 s to first generation: ray 6 [compile cache hit]"
-    sweep = Sweep(path=tmp_path, manifest={"sweep": "s", "points": []}, swept_keys=[], points=[point])
+    sweep = Sweep(path=tmp_path, manifest=SweepManifest(points=[], sweep="s"), swept_keys=[], points=[point])
     console = Console(width=200, record=True)
     console.print(render_table(sweep, [row]))
     assert "146 s" in console.export_text()

@@ -14,7 +14,7 @@ from grpokit.config.point import PointSpec
 from grpokit.problems import SweepValidationError
 from grpokit.run_folder import claim as folder
 from grpokit.run_folder.claim import SUBMISSIONS, SweepFolderError
-from grpokit.run_folder.manifest import replace_job_ids, write_manifest
+from grpokit.run_folder.manifest import SweepManifest, read_manifest, replace_job_ids, write_manifest
 from grpokit.submit import sweep_resume, wait
 
 LR = "actor_rollout_ref.actor.optim.lr"
@@ -43,7 +43,7 @@ def spec(bare_point):
     return make
 
 
-def submitted_sweep(root: Path, specs: list[PointSpec]) -> dict:
+def submitted_sweep(root: Path, specs: list[PointSpec]) -> SweepManifest:
     """A sweep folder as a submission leaves it: claim, point.json files, manifest with ids."""
     with folder.claim(root.parent, root.name, generated=False, resume=False) as c:
         for s in specs:
@@ -51,7 +51,7 @@ def submitted_sweep(root: Path, specs: list[PointSpec]) -> dict:
             (Path(s.run_dir) / "point.json").write_text(s.to_json())
         write_manifest(root, specs, [f"7_{s.index}" for s in specs], experiment="e", cluster="slurm", swept_keys=[])
         c.record("new", [s.name for s in specs], [f"7_{s.index}" for s in specs])
-    return json.loads((root / "manifest.json").read_text())
+    return read_manifest(root)
 
 
 # --- folder states and the claim -------------------------------------------------------------
@@ -206,7 +206,7 @@ def test_a_point_that_never_started_is_compared_by_its_recorded_overrides(tmp_pa
     root = tmp_path / "s"
     manifest = submitted_sweep(root, [spec(root, 0)])
     (root / "000_n-2" / "point.json").unlink()
-    manifest["points"][0]["overrides"] = [
+    manifest.points[0].overrides = [
         "verl.actor_rollout_ref.rollout.n=2",
         "sweep_name=s",
         "cluster.timeout_min=15",
@@ -289,11 +289,15 @@ def test_replaced_job_ids_are_kept_in_the_points_history(tmp_path, spec):
     root = tmp_path / "s"
     manifest = submitted_sweep(root, [spec(root, i) for i in range(3)])
     changed = replace_job_ids(manifest, {1: ("9_0", "failed")})
-    assert [e["index"] for e in changed] == [1]
-    p = manifest["points"]
-    assert (p[0]["job_id"], p[1]["job_id"], p[2]["job_id"]) == ("7_0", "9_0", "7_2")
-    assert p[1]["array_job_id"] == "9" and p[1]["array_task_id"] == 0
-    assert [(h["job_id"], h["state"]) for h in p[1]["history"]] == [("7_1", "failed")]
+    assert [e.index for e in changed] == [1]
+    p = manifest.points
+    assert (p[0].job_id, p[1].job_id, p[2].job_id) == ("7_0", "9_0", "7_2")
+    assert p[1].array_job_id == "9" and p[1].array_task_id == 0
+    assert [(h.job_id, h.state) for h in p[1].history] == [("7_1", "failed")]
+    manifest.write(root)  # the file says the same
+    data = json.loads((root / "manifest.json").read_text())
+    assert [(h["job_id"], h["state"]) for h in data["points"][1]["history"]] == [("7_1", "failed")]
+    assert data["points"][1]["job_id"] == "9_0" and data["points"][1]["array_task_id"] == 0
 
 
 # --- wait=true: this submission's outcome, never a stale one -------------------------------------

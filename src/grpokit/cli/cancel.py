@@ -14,7 +14,6 @@ the sweep's pending successive-halving controller (``halving.json``).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 
 from grpokit.run_folder import RunFolder, now, read_status, write_json_atomic
 from grpokit.run_folder.claim import folder_state, open_existing
+from grpokit.run_folder.halving_record import HalvingRecordError, read_halving
 from grpokit.run_folder.locate import sweep_folder_arg
 from grpokit.run_folder.point_state import point_state
 from grpokit.run_folder.sweep_reader import load_sweep
@@ -50,13 +50,14 @@ def choose(sweep, wanted: list[str]) -> tuple[list, list[str]]:
 
 
 def _halving_controllers(sweep_dir: Path) -> list[str]:
-    path = sweep_dir / "halving.json"
-    if not path.exists():
+    """The sweep's pending halving controllers (``halving.json``); none, with a warning, when that
+    file cannot be read (the points are still cancelled)."""
+    try:
+        record = read_halving(sweep_dir)
+    except HalvingRecordError as exc:
+        print(f"warning: {exc}; its halving controllers are not cancelled (scancel them by hand)", file=sys.stderr)
         return []
-    state = json.loads(path.read_text())
-    # its restart (afternotok on the controller) first, so that the cancelled controller does not start it
-    pending = [s for s in state.get("stages", []) if s.get("controller") and s.get("kept") is None]
-    return [j for s in pending for j in (s.get("controller_restart"), s["controller"]) if j]
+    return record.pending_controllers() if record is not None else []
 
 
 def cancel(sweep_dir: Path, wanted: list[str], dry_run: bool = False, out=sys.stdout) -> int:

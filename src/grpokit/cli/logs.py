@@ -48,11 +48,11 @@ def find_run_dir(where: Path, point: str | None) -> Path:
         raise PointNotFound(f"{where}: not a run folder (no point.json); pass logs/<sweep>/<NNN_point>")
     from grpokit.run_folder.manifest import read_manifest
 
-    points = read_manifest(where)["points"]
+    points = read_manifest(where).points
     for p in points:
-        if point == p["name"] or (point.isdigit() and int(point) == p["index"]) or p["name"].startswith(point + "_"):
-            return Path(p["run_dir"])
-    names = ", ".join(p["name"] for p in points[:10]) + (" ..." if len(points) > 10 else "")
+        if point == p.name or (point.isdigit() and int(point) == p.index) or p.name.startswith(point + "_"):
+            return Path(p.run_dir)
+    names = ", ".join(p.name for p in points[:10]) + (" ..." if len(points) > 10 else "")
     raise PointNotFound(f"no point {point!r} in {where}; its points: {names}")
 
 

@@ -44,12 +44,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for e in entries:
         if args.dry_run:
-            old = e.get("job_id") or "never submitted"
-            print(f"would resubmit {e['name']} ({chosen.get(e['index'], '?')}, was {old}) as a task of a new array")
+            old = e.job_id or "never submitted"
+            print(f"would resubmit {e.name} ({chosen.get(e.index, '?')}, was {old}) as a task of a new array")
         else:
-            last = (e.get("history") or [{}])[-1]
-            old = last.get("job_id") or "never submitted"
-            print(f"resubmitted {e['name']} ({last.get('state', '?')}, was {old}) -> {e.get('job_id') or 'ran here'}")
+            last = e.history[-1] if e.history else None
+            old = (last.job_id if last else None) or "never submitted"
+            state = last.state if last else "?"
+            print(f"resubmitted {e.name} ({state}, was {old}) -> {e.job_id or 'ran here'}")
     if done.failed_here:  # cluster=local: the points ran here, and these did not end well
         print(
             f"error: {len(done.failed_here)} point(s) run here did not succeed: {'; '.join(done.failed_here)} "

@@ -14,7 +14,6 @@ does not validate or its sweep folder holds another sweep (nothing ran).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -25,7 +24,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from grpokit.config.compose import compose_kit
 from grpokit.config.point import PointSpec, build_point
-from grpokit.run_folder.manifest import MANIFEST, write_manifest
+from grpokit.run_folder.manifest import MANIFEST, read_manifest, write_manifest
 from grpokit.runtime.driver import run_point
 from grpokit.slurm.task import slurm_task_id
 from grpokit.validate import validate_point
@@ -37,8 +36,11 @@ def claim_sweep_folder(spec: PointSpec, experiment: str) -> str | None:
     sweep_dir = Path(spec.run_dir).parent
     path = sweep_dir / MANIFEST
     if path.exists():
-        points = json.loads(path.read_text()).get("points") or []
-        if [Path(p.get("run_dir", "")) for p in points] != [Path(spec.run_dir)]:
+        try:
+            points = read_manifest(sweep_dir).points
+        except ValueError as exc:  # ManifestError: one line naming the file and key
+            return f"{exc}; nothing ran"
+        if [Path(p.run_dir) for p in points] != [Path(spec.run_dir)]:
             return (
                 f"{sweep_dir} already holds another sweep ({len(points)} point(s) in its manifest.json); "
                 "nothing ran. Choose another sweep_name= (or leave it out)."

@@ -9,6 +9,7 @@
 - :mod:`~grpokit.run_folder.liveness`: an attempt left open, decided from evidence.
 - :mod:`~grpokit.run_folder.point_state`: a point's state word from its status and Slurm's view.
 - :mod:`~grpokit.run_folder.manifest`: ``manifest.json``.
+- :mod:`~grpokit.run_folder.halving_record`: ``halving.json`` (successive halving's plan and stages).
 - :mod:`~grpokit.run_folder.claim`: claiming a sweep folder (``submissions.jsonl``).
 - :mod:`~grpokit.run_folder.sweep_reader`: a sweep folder read back (manifest + each status).
 - :mod:`~grpokit.run_folder.metrics`: per-attempt metrics merged into one series (imports pandas).

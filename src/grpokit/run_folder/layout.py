@@ -15,7 +15,7 @@ MANIFEST = "manifest.json"
 SUBMISSIONS = "submissions.jsonl"
 DRY_RUN = "dry_run.md"
 SUBMITIT_DIR = "submitit"
-HALVING = "halving.json"  # only with halving.rungs (grpokit.submit.halving)
+HALVING = "halving.json"  # only with halving.rungs (grpokit.run_folder.halving_record)
 CHAIN = "chain.json"  # only with after=[...]: the chained jobs (grpokit.submit.chain)
 
 # --- run folder: logs/<sweep_name>/<NNN>_<slug>/ ---

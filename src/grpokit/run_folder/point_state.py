@@ -9,17 +9,19 @@ not submitted | unknown; in a halving sweep, :func:`at_rung` shows a rung's ``co
 
 from __future__ import annotations
 
-import json
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from grpokit.run_folder.layout import HALVING
+from grpokit.run_folder.halving_record import HalvingRecordError, read_halving
 from grpokit.run_folder.liveness import Verdict, settle
 from grpokit.run_folder.states import FINAL_STATES
 
 if TYPE_CHECKING:
     from grpokit.run_folder.sweep_reader import Point
     from grpokit.slurm.job_states import SlurmJobState
+
+log = logging.getLogger(__name__)
 
 # status.json "state" -> the status word shown when Slurm has no answer (or the job's own record wins).
 STATUS_WORD = {
@@ -134,15 +136,14 @@ WAITING_RUNG = "waiting_rung"
 
 
 def halving_final_target(sweep_dir: Path) -> int | None:
-    """The last stage's target step of a halving sweep (``<sweep>/halving.json``), else None."""
-    path = Path(sweep_dir) / HALVING
-    if not path.exists():
-        return None
+    """The last stage's target step of a halving sweep (``<sweep>/halving.json``), else None (also,
+    with a logged warning naming the file, when that file is not a halving record)."""
     try:
-        final = json.loads(path.read_text()).get("final_target")
-    except (OSError, ValueError):
+        record = read_halving(sweep_dir)
+    except HalvingRecordError as exc:
+        log.warning("%s; the points' rungs are shown as their targets", exc)
         return None
-    return int(final) if final is not None else None
+    return record.plan.final_target if record is not None else None
 
 
 def below_final_target(status: dict | None, final_target: int | None) -> bool:

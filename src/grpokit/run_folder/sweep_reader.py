@@ -9,7 +9,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpokit.run_folder.manifest import read_manifest
+from grpokit.run_folder.manifest import SweepManifest, read_manifest
 from grpokit.run_folder.status_file import StatusFileError, read_status
 
 log = logging.getLogger(__name__)
@@ -45,30 +45,21 @@ class Point:
 
 @dataclass
 class Sweep:
-    """A sweep folder: path, the manifest's top-level fields, its swept keys and points."""
+    """A sweep folder: path, its manifest, its swept keys and points."""
 
     path: Path
-    manifest: dict
+    manifest: SweepManifest
     swept_keys: list[str]
     points: list[Point]
 
     @property
     def name(self) -> str:
-        return str(self.manifest.get("sweep") or self.path.name)
+        return self.manifest.sweep or self.path.name
 
     @property
     def rehearsal(self) -> bool:
         """``rehearse=true``: the points ran the kit's stand-in trainer (the manifest or a status.json says so)."""
-        return bool(self.manifest.get("rehearsal")) or any((p.status or {}).get("rehearsal") for p in self.points)
-
-
-def point_job_id(entry: dict) -> str | None:
-    """The Slurm display id of a manifest point: job_id, else ``<array_job_id>_<array_task_id>``."""
-    if entry.get("job_id"):
-        return str(entry["job_id"])
-    if entry.get("array_job_id") and entry.get("array_task_id") is not None:
-        return f"{entry['array_job_id']}_{entry['array_task_id']}"
-    return None
+        return self.manifest.rehearsal or any((p.status or {}).get("rehearsal") for p in self.points)
 
 
 def _status_or_none(run_dir: Path) -> dict | None:
@@ -84,25 +75,26 @@ def load_sweep(path: Path | str) -> Sweep:
     """Load ``<path>/manifest.json`` and each point's status.json.
 
     Raises FileNotFoundError when the manifest is missing (pass the sweep folder,
-    ``logs/<sweep_name>``, not a run folder) and ValueError when it lacks ``points``.
+    ``logs/<sweep_name>``, not a run folder) and :class:`~grpokit.run_folder.manifest.ManifestError`
+    (a ValueError) when it is not a manifest.
     A relative ``run_dir`` in the manifest is taken relative to the sweep folder.
     """
     path = Path(path)
     manifest = read_manifest(path)
     points = []
-    for entry in manifest["points"]:
-        run_dir = Path(entry["run_dir"])
+    for entry in manifest.points:
+        run_dir = Path(entry.run_dir)
         if not run_dir.is_absolute():
             run_dir = path / run_dir
         points.append(
             Point(
-                index=int(entry["index"]),
-                name=str(entry.get("name", run_dir.name)),
+                index=entry.index,
+                name=entry.name,
                 run_dir=run_dir,
-                swept=dict(entry.get("swept") or {}),
-                job_id=point_job_id(entry),
+                swept=dict(entry.swept),
+                job_id=entry.display_job_id,
                 status=_status_or_none(run_dir),
             )
         )
-    swept_keys = list(manifest.get("swept_keys") or sorted({k for p in points for k in p.swept}))
+    swept_keys = list(manifest.swept_keys or sorted({k for p in points for k in p.swept}))
     return Sweep(path=path, manifest=manifest, swept_keys=swept_keys, points=sorted(points, key=lambda p: p.index))

@@ -22,9 +22,8 @@ from pathlib import Path
 
 from grpokit.config.point import PointSpec
 from grpokit.config.schema import ClusterConf
-from grpokit.run_folder import write_json_atomic
 from grpokit.run_folder.layout import CHAIN, MANIFEST, POINT, SUBMISSIONS, SUBMITIT_DIR
-from grpokit.run_folder.manifest import slurm_ids
+from grpokit.run_folder.manifest import read_manifest, slurm_ids
 from grpokit.slurm import sbatch
 from grpokit.slurm.cluster import array_chunks, max_array_size
 from grpokit.slurm.executor import make_executor
@@ -165,16 +164,17 @@ def after_refusal(sweep_dir: Path, specs: list[PointSpec], exc: SubmissionError)
     path = sweep_dir / MANIFEST
     if not path.exists():
         return "nothing was submitted"
-    manifest = json.loads(path.read_text())
-    if any(p.get("job_id") for p in manifest.get("points", [])):
+    manifest = read_manifest(sweep_dir)
+    if any(p.job_id for p in manifest.points):
         return f"nothing was submitted; {path} is unchanged"
     if any(exc.job_ids):
         by_index = {s.index: j for s, j in zip(specs, exc.job_ids, strict=False)}
-        for entry in manifest["points"]:
-            if by_index.get(entry["index"]):
-                entry.update(**slurm_ids(by_index[entry["index"]]))
-        manifest["submission_refused"] = str(exc)
-        write_json_atomic(path, manifest)
+        for entry in manifest.points:
+            if by_index.get(entry.index):
+                for key, value in slurm_ids(by_index[entry.index]).items():
+                    setattr(entry, key, value)
+        manifest.submission_refused = str(exc)
+        manifest.write(sweep_dir)
         return f"{path} records the cancelled tasks"
     if _only_this_submissions_files(sweep_dir, specs):
         shutil.rmtree(sweep_dir, ignore_errors=True)

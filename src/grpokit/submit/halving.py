@@ -1,27 +1,22 @@
-"""Successive halving of a sweep: every point trains to a first rung, only the best continue.
+"""Successive halving of a sweep, the decisions: every point trains to a first rung, only the best continue.
 
     grpokit sweep -m ... verl.trainer.total_training_steps=6 halving.rungs=[2,4] halving.keep=0.5
 
-- At submission every point's ``trainer.total_training_steps`` is set to the first rung (its
-  ``point.json`` says so); the original value is the last stage's target. verl saves at its last
+This module decides and does nothing else (no Slurm, no file): the plan's checks, the ranking and
+the stage's steps, so that each is unit-tested in milliseconds. The controller job that observes
+the run folders, asks Slurm and submits is :mod:`grpokit.submit.halving_controller`; the record of
+every decision is ``<sweep>/halving.json`` (:mod:`grpokit.run_folder.halving_record` has its format).
+
+- At submission every point's ``trainer.total_training_steps`` is set to the first rung
+  (:func:`at_first_rung`); the original value is the last stage's target. verl saves at its last
   step, so each point ends ``completed`` at the rung with a checkpoint of it.
-- With the array the kit submits a small controller job (``--dependency=afterany:<array ids>``, one
-  CPU, no GPU; no daemon on the login node), and its one restart (``afternotok`` on it: it runs
-  only if the controller failed or its node was lost; the controller is idempotent per stage). It
-  ranks the points that completed the rung by ``halving.metric`` (its last value at or before the
-  rung step, from the run folders' merged ``metrics.jsonl``; ``val_acc``: the first
+- After a stage's points, its controller job ranks those that completed the rung by
+  ``halving.metric`` (its last value at or before the rung step; ``val_acc``: the first
   ``val-core/<data_source>/acc/mean@1``), keeps the best ``max(1, floor(keep x points of the
-  stage))`` and resubmits them (``resubmit.json``, the next rung as target; verl resumes from the
-  rung's checkpoint); the others end ``pruned`` with the reason (``rung 1 (step 2): rank 5/8 by
-  val_acc 0.41 < cut 0.47 ...``). It then submits the next controller; after the last rung the
-  survivors run to the original target.
-- ``<sweep>/halving.json`` records the plan and every stage's decision: ``{"rungs": [int], "keep":
-  float, "metric": str, "mode": "max" | "min", "final_target": int, "stage": int (the stage being
-  trained), "stages": [{"stage": int, "target": int, "points": [name], "job_ids": [str],
-  "controller": str | null, "controller_restart": str | null, "ranked": [{"name", "value", "rank"}],
-  "kept": [name], "pruned": [name], "out": {name: state}, "metric_key": str, "decided": iso8601,
-  "resubmitting": iso8601, "controller_submitting": iso8601}]}`` (the last two: a step begun, so
-  that a restarted controller never submits twice).
+  stage))`` (:func:`decide_stage`), prunes the others with the reason (``rung 1 (step 2): rank 5/8
+  by val_acc 0.41 < cut 0.47 ...``, :func:`prunes`), resubmits the kept to the next rung (verl
+  resumes from the rung's checkpoint) and submits the next controller (:func:`next_step` says which
+  of these is next). After the last rung the survivors run to the original target.
 
 Points that did not complete a rung (failed, pruned by ``runtime.pruning``, cancelled) keep their
 state and take no place among the kept. Note that verl's learning-rate schedule is computed from
@@ -31,52 +26,35 @@ target (verl's default, a constant rate, is unaffected).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
-import logging
 import math
-import os
-import sys
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
 
 from grpokit.config.point import PointSpec
-from grpokit.config.schema import ClusterConf
-from grpokit.run_folder.layout import HALVING, RunFolder
-from grpokit.submit.dependent import dependent_executor
+from grpokit.run_folder.halving_record import HalvingPlan, HalvingRecord, HalvingStage, RankedPoint
 
-log = logging.getLogger(__name__)
-
-HALVING_FILE = HALVING
 TARGET_KEY = "trainer.total_training_steps"
 VAL_ACC = "val_acc"
 
+__all__ = [
+    "HalvingError",
+    "HalvingPlan",
+    "at_first_rung",
+    "decide",
+    "decide_stage",
+    "next_step",
+    "plan_of",
+    "prunes",
+    "requested",
+    "with_target",
+]
+
 
 class HalvingError(ValueError):
-    """A halving setting the kit refuses; ``str()`` is one line: key, what, fix."""
+    """A halving setting the kit refuses, or a step the controller refuses; ``str()`` is one line."""
 
 
-@dataclasses.dataclass(frozen=True)
-class HalvingPlan:
-    """``halving.*`` of the sweep command. rungs: steps (increasing); keep: fraction in (0, 1);
-    metric: a verl metric key or ``val_acc``; mode: ``max`` (higher is better) or ``min``."""
-
-    rungs: tuple[int, ...]
-    keep: float
-    metric: str
-    mode: str
-    final_target: int
-
-    def target(self, stage: int) -> int:
-        """Stage k trains to rung k; the stage after the last rung to the final target."""
-        return self.rungs[stage] if stage < len(self.rungs) else self.final_target
-
-    def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "rungs": list(self.rungs)}
-
-
+# -- the plan (at submission) ---------------------------------------------------------------------------
 def requested(section: Mapping | None) -> bool:
     """Whether the command's ``halving`` section asks for successive halving (``halving.rungs`` set)."""
     return (section or {}).get("rungs") not in (None, "null", [])
@@ -155,290 +133,201 @@ def at_first_rung(specs: list[PointSpec], plan: HalvingPlan | None) -> list[Poin
     return specs if plan is None else [with_target(s, plan.rungs[0]) for s in specs]
 
 
-# -- ranking -----------------------------------------------------------------------------------------
-def metric_at(run_dir: Path, metric: str, step: int) -> tuple[str, float | None]:
-    """``(metric key, value)``: its last logged value at or before ``step`` in the run's merged
-    series (``val_acc``: the first ``val-core/<data_source>/acc/mean@1``); value None when absent."""
-    from grpokit.run_folder.metrics import merge_attempts, val_acc_keys
-
-    df = merge_attempts(run_dir)
-    key = metric
-    if metric == VAL_ACC:
-        keys = val_acc_keys(df.columns)
-        key = keys[0] if keys else "val-core/<data_source>/acc/mean@1"
-    if key not in df.columns:
-        return key, None
-    values = df.loc[df["step"] <= step, key].dropna()
-    return key, (float(values.iloc[-1]) if len(values) else None)
+def first_record(plan: HalvingPlan, points: list[str], job_ids: list[str | None]) -> HalvingRecord:
+    """The record of a sweep just submitted: stage 0 trains every point to the first rung."""
+    return HalvingRecord(plan, 0, (HalvingStage(0, plan.target(0), tuple(points), tuple(job_ids)),))
 
 
+def arrays_of(job_ids: tuple[str | None, ...] | list[str | None]) -> list[str]:
+    """The Slurm array ids of submitit's task ids ``ARRAY_TASK``, in order, each once."""
+    return list(dict.fromkeys(str(j).split("_")[0] for j in job_ids if j))
+
+
+# -- ranking ----------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
-class Ranked:
-    name: str
-    value: float | None
-    rank: int
+class PointAtRung:
+    """What the controller observed of one point of a stage: its ``status.json`` state and last
+    step, and (only for a point that completed the rung) the metric's key and value at the rung."""
+
+    state: str | None
+    last_step: int | None
+    metric_key: str | None = None
+    value: float | None = None
+
+
+def reached_rung(state: str | None, last_step: int | None, target: int) -> bool:
+    """Whether a point completed the stage's target (only such points are ranked)."""
+    return state == "completed" and last_step == target
 
 
 def decide(
     values: dict[str, float | None], order: list[str], stage_size: int, plan: HalvingPlan
-) -> tuple[list[Ranked], int]:
-    """Rank the points that completed the rung (best first; no value ranks last; ties keep the sweep
-    order ``order``) and the number kept: ``max(1, floor(keep x stage_size))``."""
+) -> tuple[list[RankedPoint], int]:
+    """Rank the points that completed the rung (best first; no value or NaN ranks last; ties keep the
+    sweep order ``order``) and the number kept: ``max(1, floor(keep x stage_size))``, at most as many
+    as were ranked."""
     sign = -1.0 if plan.mode == "max" else 1.0
 
     def key(name: str):
         v = values[name]
-        return (v is None or math.isnan(v), sign * v if v is not None and not math.isnan(v) else 0.0, order.index(name))
+        missing = v is None or math.isnan(v)
+        return (missing, 0.0 if missing else sign * v, order.index(name))
 
     names = sorted(values, key=key)
     kept = max(1, math.floor(plan.keep * stage_size + 1e-9))
-    return [Ranked(n, values[n], i + 1) for i, n in enumerate(names)], min(kept, len(names))
+    return [RankedPoint(n, values[n], i + 1) for i, n in enumerate(names)], min(kept, len(names))
+
+
+def decide_stage(plan: HalvingPlan, stage: HalvingStage, observed: Mapping[str, PointAtRung], at: str) -> HalvingStage:
+    """The stage with its decision (``ranked``, ``kept``, ``pruned``, ``out``, ``metric_key``,
+    ``decided=at``), from what was observed of each of its points (``observed[name]``; a point
+    not observed is ``pending``, out of the ranking)."""
+    values: dict[str, float | None] = {}
+    out: dict[str, str] = {}
+    key_used = plan.metric
+    for name in stage.points:
+        seen = observed.get(name, PointAtRung(None, None))
+        if not reached_rung(seen.state, seen.last_step, stage.target):
+            out[name] = str(seen.state or "pending")
+            continue
+        key_used = seen.metric_key or key_used
+        values[name] = seen.value
+    ranked, n_keep = decide(values, list(stage.points), len(stage.points), plan)
+    return dataclasses.replace(
+        stage,
+        metric_key=key_used,
+        ranked=tuple(ranked),
+        kept=tuple(r.name for r in ranked[:n_keep]),
+        pruned=tuple(r.name for r in ranked[n_keep:]),
+        out=out,
+        decided=at,
+    )
+
+
+def rung_label(plan: HalvingPlan, stage: int) -> str:
+    """``rung 1 (step 2)``: how messages name a stage's rung."""
+    return f"rung {stage + 1} (step {plan.target(stage)})"
 
 
 def _fmt(value: float | None) -> str:
     return "none" if value is None else f"{value:.4g}"
 
 
-# -- the controller job ---------------------------------------------------------------------------------
-def read_halving(sweep_dir: Path) -> dict[str, Any] | None:
-    path = Path(sweep_dir) / HALVING_FILE
-    return json.loads(path.read_text()) if path.exists() else None
+@dataclasses.dataclass(frozen=True)
+class Prune:
+    """Set a point that completed its rung to ``pruned`` with ``reason``; ``marker`` goes into its
+    ``status.json`` as ``"halving"`` (a point already pruned with this marker is left as it is)."""
+
+    name: str
+    reason: str
+    marker: dict[str, int]
 
 
-def _plan(state: Mapping) -> HalvingPlan:
-    return HalvingPlan(tuple(state["rungs"]), state["keep"], state["metric"], state["mode"], state["final_target"])
+def prunes(record: HalvingRecord, stage: int) -> list[Prune]:
+    """The prunings of a decided stage, with each point's reason (one line); none before the decision."""
+    plan, rec = record.plan, record.stages[stage]
+    if not rec.is_decided or rec.ranked is None:
+        return []
+    ranked, n_keep = rec.ranked, len(rec.kept or ())
+    cut = ranked[n_keep - 1].value if ranked and n_keep else None
+    label = plan.metric if plan.metric == rec.metric_key else f"{plan.metric} ({rec.metric_key})"
+    worse = "<" if plan.mode == "max" else ">"
+    return [
+        Prune(
+            r.name,
+            f"{rung_label(plan, stage)}: rank {r.rank}/{len(ranked)} by {label} {_fmt(r.value)} {worse} cut "
+            f"{_fmt(cut)} (kept {n_keep} of {len(rec.points)}, halving.keep={plan.keep:g})",
+            {"stage": stage, "rung": rec.target, "rank": r.rank},
+        )
+        for r in ranked[n_keep:]
+    ]
 
 
-def _slurm_clean_env() -> None:
-    """Drop the controller job's own Slurm variables before it calls sbatch: sbatch reads
-    ``SLURM_*``/``SBATCH_*`` input variables (e.g. ``SLURM_MEM_PER_CPU`` conflicts with ``--mem``)."""
-    for name in list(os.environ):
-        if name.startswith(("SLURM_", "SBATCH_")) and name != "SLURM_CONF":
-            del os.environ[name]
+# -- the stage's steps --------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class NotRecorded:
+    """``halving.json`` has no such stage: nothing to do."""
 
 
-def submit_controller(sweep_dir: Path, cluster: ClusterConf, after: list[str], stage: int) -> tuple[str, str]:
-    """Submit the controller of ``stage`` (its points' arrays ``after``) and its one restart.
+@dataclasses.dataclass(frozen=True)
+class Decide:
+    """Rank the stage's points (:func:`decide_stage`) and record the decision before acting on it;
+    then apply :func:`prunes` (idempotent, so done by every run of the controller)."""
 
-    The restart is the same controller (:func:`advance` is idempotent) with
-    ``--dependency=afterany:<arrays>,afternotok:<controller>``: it runs once, after the points, if
-    the controller failed, timed out, lost its node or was cancelled, and Slurm cancels it
-    (``--kill-on-invalid-dep``) when the controller completed.
 
-    Returns:
-        ``(controller id, restart id)``.
+@dataclasses.dataclass(frozen=True)
+class Resubmit:
+    """Resubmit the kept ``points`` with ``target`` (steps) as the next stage. ``since``: an earlier
+    controller began this submission then (ISO time) and did not record its job ids: submit only if
+    Slurm holds none of the sweep's jobs submitted since (else :class:`HalvingError`)."""
+
+    points: tuple[str, ...]
+    target: int
+    since: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class SubmitController:
+    """Submit the controller of stage ``stage`` (and its restart) after its arrays ``after``;
+    ``since`` as for :class:`Resubmit`, with the sweep's controller jobs."""
+
+    stage: int
+    after: tuple[str, ...]
+    since: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Done:
+    """Nothing is left for this stage's controller; ``why`` says so in one line."""
+
+    why: str
+
+
+Step = NotRecorded | Decide | Resubmit | SubmitController | Done
+
+
+def next_step(record: HalvingRecord | None, stage: int) -> Step:
+    """What the controller of ``stage`` does next, from the record alone (each step records that it
+    began and that it is done, so that a restarted controller picks up where the first stopped and
+    submits nothing twice): decide -> resubmit the kept -> submit the next stage's controller -> done.
+
+    The last stage (``plan.last_stage``, to the final target) has no controller: nothing to do there.
     """
-    after_points = "afterany:" + ":".join(after)
-    executor = _controller_executor(sweep_dir, cluster, after_points)
-    controller = str(executor.submit(HalvingController(), str(sweep_dir), stage).job_id)
-    executor = _controller_executor(sweep_dir, cluster, f"{after_points},afternotok:{controller}")
-    restart = str(executor.submit(HalvingController(), str(sweep_dir), stage).job_id)
-    return controller, restart
+    if record is None or stage >= len(record.stages):
+        return NotRecorded()
+    plan, rec = record.plan, record.stages[stage]
+    if stage >= plan.last_stage:
+        return Done(f"stage {stage} trains to the final target {plan.final_target}; no controller ranks it")
+    if not rec.is_decided:
+        return Decide()
+    if not rec.kept:
+        return Done(f"{rung_label(plan, stage)}: no point completed the rung; nothing continues")
+    if len(record.stages) == stage + 1:
+        return Resubmit(tuple(rec.kept), plan.target(stage + 1), rec.resubmitting)
+    nxt = record.stages[stage + 1]
+    if stage + 1 < plan.last_stage and not nxt.controller:
+        return SubmitController(stage + 1, tuple(arrays_of(nxt.job_ids)), nxt.controller_submitting)
+    return Done(f"{rung_label(plan, stage)}: decided, resubmitted and the next stage's controller submitted")
 
 
-def _controller_executor(sweep_dir: Path, cluster: ClusterConf, dependency: str):
-    """The controller's submitit executor: one CPU, 1 GB, 10 minutes, no GPU, the sweep's frozen code
-    (:func:`grpokit.submit.dependent.dependent_executor`, the kit's one way to submit a dependent job)."""
-    return dependent_executor(
-        sweep_dir, cluster=cluster, name=f"{Path(sweep_dir).name}-halving", dependency=dependency, timeout_min=10
+def began_resubmit(record: HalvingRecord, stage: int, at: str) -> HalvingRecord:
+    """The record once the resubmission of ``stage``'s kept points began at ``at`` (before sbatch)."""
+    return record.with_stage(dataclasses.replace(record.stages[stage], resubmitting=at))
+
+
+def resubmitted(record: HalvingRecord, stage: int, step: Resubmit, job_ids: list[str]) -> HalvingRecord:
+    """The record once the kept points were resubmitted as ``job_ids``: the next stage, now trained."""
+    nxt = HalvingStage(stage + 1, step.target, step.points, tuple(job_ids))
+    return dataclasses.replace(record.with_stage(nxt), stage=stage + 1)
+
+
+def began_controller(record: HalvingRecord, stage: int, at: str) -> HalvingRecord:
+    """The record once the submission of ``stage``'s controller began at ``at`` (before sbatch)."""
+    return record.with_stage(dataclasses.replace(record.stages[stage], controller_submitting=at))
+
+
+def controller_submitted(record: HalvingRecord, stage: int, controller: str, restart: str) -> HalvingRecord:
+    """The record with ``stage``'s controller and its restart job ids."""
+    return record.with_stage(
+        dataclasses.replace(record.stages[stage], controller=controller, controller_restart=restart)
     )
-
-
-def start(sweep_dir: Path, specs: list[PointSpec], plan: HalvingPlan) -> str:
-    """After the sweep's submission: write ``halving.json`` and submit the first controller."""
-    from grpokit.run_folder import write_json_atomic
-    from grpokit.run_folder.claim import open_existing
-    from grpokit.run_folder.manifest import read_manifest
-
-    sweep_dir = Path(sweep_dir)
-    with open_existing(sweep_dir) as claim:
-        points = read_manifest(sweep_dir)["points"]
-        job_ids = [p["job_id"] for p in points]
-        arrays = list(dict.fromkeys(str(j).split("_")[0] for j in job_ids if j))
-        controller, restart = submit_controller(sweep_dir, specs[0].cluster, arrays, 0)
-        state = {
-            **plan.to_json(),
-            "stage": 0,
-            "stages": [
-                {"stage": 0, "target": plan.target(0), "points": [p["name"] for p in points], "job_ids": job_ids}
-            ],
-        }
-        state["stages"][0].update(controller=controller, controller_restart=restart)
-        write_json_atomic(sweep_dir / HALVING_FILE, state)
-        claim.record("halving-controller", [], [controller, restart], stage=0, after=arrays)
-    print(
-        f"successive halving: rungs {list(plan.rungs)} then {plan.final_target} steps, keep {plan.keep:g} "
-        f"by {plan.metric} ({plan.mode}); controller job {controller} runs after array(s) {', '.join(arrays)} "
-        f"(restarted once as job {restart} if it fails)"
-    )
-    return controller
-
-
-def _prune(run_dir: Path, reason: str, halving: dict[str, Any]) -> None:
-    """Mark a point that completed its rung ``pruned`` (a final state) with the reason; a point
-    already pruned by this stage (a restarted controller) is left as it is."""
-    from grpokit.run_folder import RunFolder, now, read_status, write_json_atomic
-
-    path = RunFolder(run_dir).status
-    status = read_status(run_dir)
-    if status.get("state") == "pruned" and status.get("halving") == halving:
-        return
-    status.update(state="pruned", reason=reason, halving=halving, updated=now())
-    write_json_atomic(path, status)
-
-
-def _queued_since(job_name: str, since: str) -> list[str]:
-    """Ids of this user's jobs named ``job_name`` that Slurm submitted at or after ``since`` (ISO time),
-    as ``squeue`` still shows them (this cluster keeps no accounting; ``squeue`` shows finished
-    jobs for ``MinJobAge``). Raises ``RuntimeError`` when ``squeue`` fails."""
-    import datetime as dt
-    import subprocess
-
-    out = subprocess.run(
-        ["squeue", "-h", "--me", "--name", job_name, "-t", "all", "-o", "%i|%V"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"squeue failed: {out.stderr.strip()}")
-    after = dt.datetime.fromisoformat(since).astimezone().replace(tzinfo=None, microsecond=0)
-    ids = []
-    for line in out.stdout.split():
-        job, _, submitted = line.partition("|")
-        with contextlib.suppress(ValueError):
-            if dt.datetime.fromisoformat(submitted) >= after:
-                ids.append(job)
-    return ids
-
-
-def advance(sweep_dir: Path, stage: int) -> dict[str, Any]:
-    """The controller of ``stage``: rank, prune, resubmit the kept with the next target, submit the
-    next controller. Returns the stage's record.
-
-    Idempotent, so that a restarted controller (:func:`submit_controller`) or any second run of
-    the same stage finishes what the first left, and submits nothing twice: the decision is
-    written to ``halving.json`` before anything acts on it, each step records that it is done
-    (``resubmitting`` before sbatch, the job ids right after), and a run that finds
-    ``resubmitting`` without job ids refuses to submit when ``squeue`` shows the sweep's jobs
-    submitted since (:class:`HalvingError`, naming them).
-    """
-    from grpokit.run_folder import now, read_status, write_json_atomic
-    from grpokit.run_folder.claim import open_existing
-    from grpokit.run_folder.manifest import MANIFEST, read_manifest, replace_job_ids
-    from grpokit.runtime import resubmission
-    from grpokit.submit.arrays import submit_arrays
-
-    sweep_dir = Path(sweep_dir)
-    path = sweep_dir / HALVING_FILE
-    with open_existing(sweep_dir) as claim:
-        state = read_halving(sweep_dir)
-        if state is None or stage >= len(state["stages"]):
-            log.warning("halving stage %d of %s is not recorded; nothing to do", stage, sweep_dir)
-            return {}
-        plan = _plan(state)
-        record = state["stages"][stage]
-        manifest = read_manifest(sweep_dir)
-        entries = {p["name"]: p for p in manifest["points"]}
-        target = plan.target(stage)
-        rung = f"rung {stage + 1} (step {target})"
-        if record.get("kept") is None:  # 1. decide, and record the decision before acting on it
-            values: dict[str, float | None] = {}
-            out: dict[str, str] = {}
-            key_used = plan.metric
-            for name in record["points"]:
-                run_dir = Path(entries[name]["run_dir"])
-                status = read_status(run_dir)
-                if status.get("state") != "completed" or status.get("last_step") != target:
-                    out[name] = str(status.get("state") or "pending")
-                    continue
-                key_used, values[name] = metric_at(run_dir, plan.metric, target)
-            ranked, n_keep = decide(values, record["points"], len(record["points"]), plan)
-            record.update(
-                metric_key=key_used,
-                ranked=[dataclasses.asdict(r) for r in ranked],
-                kept=[r.name for r in ranked[:n_keep]],
-                pruned=[r.name for r in ranked[n_keep:]],
-                out=out,
-                decided=now(),
-            )
-            write_json_atomic(path, state)
-        else:
-            log.warning("%s of %s was decided at %s: finishing what is left", rung, sweep_dir, record["decided"])
-        ranked = [Ranked(**r) for r in record["ranked"]]
-        kept, n_keep = record["kept"], len(record["kept"])
-        cut = ranked[n_keep - 1].value if ranked and n_keep else None
-        key_used = record["metric_key"]
-        label = plan.metric if plan.metric == key_used else f"{plan.metric} ({key_used})"
-        for r in ranked[n_keep:]:  # 2. prune (a point already pruned by this stage is left as it is)
-            reason = (
-                f"{rung}: rank {r.rank}/{len(ranked)} by {label} {_fmt(r.value)} "
-                f"{'<' if plan.mode == 'max' else '>'} cut {_fmt(cut)} (kept {n_keep} of {len(record['points'])}, "
-                f"halving.keep={plan.keep:g})"
-            )
-            _prune(Path(entries[r.name]["run_dir"]), reason, {"stage": stage, "rung": target, "rank": r.rank})
-        log.info("%s: kept %s; pruned %s; out %s", rung, kept, record["pruned"], record["out"])
-        next_target = plan.target(stage + 1)
-        if kept and len(state["stages"]) == stage + 1:  # 3. resubmit the kept, once
-            sweep_name = PointSpec.from_json(RunFolder(Path(entries[kept[0]]["run_dir"])).point.read_text()).sweep_name
-            if record.get("resubmitting"):
-                queued = _queued_since(sweep_name, record["resubmitting"])
-                if queued:
-                    raise HalvingError(
-                        f"{rung} of {sweep_dir}: an earlier controller started resubmitting at "
-                        f"{record['resubmitting']} and Slurm holds job(s) {', '.join(queued)} of the sweep since; "
-                        f"not submitting twice. Check squeue --name {sweep_name}; to continue, record them in "
-                        f"{path} or resubmit the kept points ({', '.join(kept)}) with grpokit resubmit"
-                    )
-            specs = []
-            for name in kept:
-                run_dir = Path(entries[name]["run_dir"])
-                spec = with_target(PointSpec.from_json(RunFolder(run_dir).point.read_text()), next_target)
-                RunFolder(run_dir).point.write_text(spec.to_json())
-                resubmission.request(run_dir)
-                specs.append(spec)
-            record["resubmitting"] = now()
-            write_json_atomic(path, state)
-            _slurm_clean_env()
-            ids = submit_arrays(sweep_dir / "submitit", specs, name=specs[0].sweep_name)
-            state["stages"].append(
-                {"stage": stage + 1, "target": next_target, "points": kept, "job_ids": list(ids), "controller": None}
-            )
-            state["stage"] = stage + 1
-            write_json_atomic(path, state)
-            claim.record("halving", kept, list(ids), stage=stage + 1, target=next_target)
-            replace_job_ids(
-                manifest,
-                {entries[n]["index"]: (j, f"completed (rung {stage + 1})") for n, j in zip(kept, ids, strict=True)},
-            )
-            write_json_atomic(sweep_dir / MANIFEST, manifest)
-        nxt = state["stages"][stage + 1] if len(state["stages"]) > stage + 1 else None
-        if nxt is not None and stage + 1 < len(plan.rungs) and not nxt.get("controller"):  # 4. the next controller
-            if nxt.get("controller_submitting"):
-                queued = _queued_since(f"{sweep_dir.name}-halving", nxt["controller_submitting"])
-                if queued:
-                    raise HalvingError(
-                        f"{rung} of {sweep_dir}: an earlier controller started submitting the next one at "
-                        f"{nxt['controller_submitting']} and Slurm holds controller job(s) {', '.join(queued)} "
-                        f"since; not submitting twice (record it in {path} as stages[{stage + 1}].controller)"
-                    )
-            nxt["controller_submitting"] = now()
-            write_json_atomic(path, state)
-            arrays = list(dict.fromkeys(str(j).split("_")[0] for j in nxt["job_ids"]))
-            cluster = PointSpec.from_json(RunFolder(Path(entries[kept[0]]["run_dir"])).point.read_text()).cluster
-            nxt["controller"], nxt["controller_restart"] = submit_controller(sweep_dir, cluster, arrays, stage + 1)
-            write_json_atomic(path, state)
-            claim.record(
-                "halving-controller", [], [nxt["controller"], nxt["controller_restart"]], stage=stage + 1, after=arrays
-            )
-        return record
-
-
-class HalvingController:
-    """``HalvingController()(sweep_dir, stage)``: the controller job's callable (pickled by submitit)."""
-
-    def __call__(self, sweep_dir: str, stage: int) -> dict[str, Any]:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        record = advance(Path(sweep_dir), stage)
-        print(json.dumps(record, indent=2, default=str), file=sys.stdout, flush=True)
-        return record

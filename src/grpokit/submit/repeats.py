@@ -11,11 +11,11 @@ so nothing is refused. Dry runs' folders are not counted.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from grpokit.run_folder.layout import SweepFolder
+from grpokit.run_folder.manifest import read_manifest
 
 #: Overrides that name or steer the command, not the point's training: left out of the comparison.
 NOT_COMPARED = ("sweep_name", "resume", "dry_run", "wait")
@@ -54,12 +54,12 @@ def earlier_sweeps(logs_root: Path, experiment: str, points: list[list[str]]) ->
     repeats = []
     for path in manifests[:NEWEST]:
         try:
-            manifest = json.loads(path.read_text())
-        except (OSError, ValueError):
+            manifest = read_manifest(path.parent)
+        except (OSError, ValueError):  # a damaged or foreign manifest (ManifestError): not a repeat
             continue
-        if manifest.get("dry_run") or manifest.get("experiment") != experiment:
+        if manifest.dry_run or manifest.experiment != experiment:
             continue
-        same = sum(1 for p in manifest.get("points") or [] if _key(p.get("overrides") or []) in wanted)
+        same = sum(1 for p in manifest.points if _key(p.overrides) in wanted)
         if same:
-            repeats.append(Repeat(path.parent.name, same, str(manifest.get("created", "?"))))
+            repeats.append(Repeat(path.parent.name, same, manifest.created or "?"))
     return repeats

@@ -14,9 +14,9 @@ import logging
 from pathlib import Path
 
 from grpokit.config.point import PointSpec
-from grpokit.run_folder import RunFolder, read_status, write_json_atomic
+from grpokit.run_folder import RunFolder, read_status
 from grpokit.run_folder.claim import Claim, folder_state, open_existing
-from grpokit.run_folder.manifest import MANIFEST, read_manifest, replace_job_ids
+from grpokit.run_folder.manifest import ManifestPoint, read_manifest, replace_job_ids
 from grpokit.run_folder.point_state import RESUBMITTABLE_STATES, point_state
 from grpokit.run_folder.sweep_reader import load_sweep
 from grpokit.runtime import resubmission
@@ -52,7 +52,7 @@ class Resubmission:
             point run on this machine whose driver exited non-zero (failed, cancelled); empty otherwise.
     """
 
-    entries: list[dict]
+    entries: list[ManifestPoint]
     failed_here: list[str] = dataclasses.field(default_factory=list)
 
 
@@ -84,10 +84,10 @@ def _resubmit_locked(claim: Claim, states: tuple[str, ...], dry_run: bool) -> Re
     sweep_dir = claim.path
     manifest = read_manifest(sweep_dir)
     chosen = dict(select(sweep_dir, states))
-    entries = [p for p in manifest["points"] if p["index"] in chosen]
+    entries = [p for p in manifest.points if p.index in chosen]
     if not entries or dry_run:
         return Resubmission(entries)
-    specs = [PointSpec.from_json(RunFolder(p["run_dir"]).point.read_text()) for p in entries]
+    specs = [PointSpec.from_json(RunFolder(p.run_dir).point.read_text()) for p in entries]
     _, changed = submit_again(claim, specs, chosen, how="resubmit")
     if specs[0].cluster.kind != "slurm":
         return Resubmission(changed, failed_here(specs, run_local(specs)))
@@ -96,7 +96,7 @@ def _resubmit_locked(claim: Claim, states: tuple[str, ...], dry_run: bool) -> Re
 
 def submit_again(
     claim: Claim, specs: list[PointSpec], replaced: dict[int, str], *, how: str
-) -> tuple[list[str | None], list[dict]]:
+) -> tuple[list[str | None], list[ManifestPoint]]:
     """Submit points of an existing sweep again: the one path of ``resume=true`` and ``grpokit resubmit``.
 
     Each point gets the permission to run again (``resubmission.json``: its driver refuses a final
@@ -124,6 +124,6 @@ def submit_again(
         job_ids = [None] * len(specs)
     manifest = read_manifest(sweep_dir)
     changed = replace_job_ids(manifest, {s.index: (j, replaced[s.index]) for s, j in zip(specs, job_ids, strict=True)})
-    write_json_atomic(sweep_dir / MANIFEST, manifest)
+    manifest.write(sweep_dir)
     claim.record(how, [s.name for s in specs], job_ids, replaced={s.name: replaced[s.index] for s in specs})
     return job_ids, changed

@@ -24,7 +24,6 @@ import the installed package, the live checkout for an editable install).
 
 from __future__ import annotations
 
-import json
 import shlex
 import shutil
 import subprocess
@@ -32,8 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import grpokit
-from grpokit.run_folder import write_json_atomic
-from grpokit.run_folder.manifest import MANIFEST
+from grpokit.run_folder.manifest import read_manifest
 
 #: The snapshot's folder in a sweep folder, and the import root inside it.
 CODE, SRC = "code", "src"
@@ -148,7 +146,6 @@ def use(executor, sweep_dir: Path) -> None:
 
 def record(sweep_dir: Path) -> None:
     """Add the snapshot's :func:`info` to ``manifest.json`` as ``"code"`` (``null``: live code)."""
-    path = Path(sweep_dir) / MANIFEST
-    data = json.loads(path.read_text())
-    data["code"] = info(sweep_dir)
-    write_json_atomic(path, data)
+    manifest = read_manifest(sweep_dir)
+    manifest.code, manifest.code_recorded = info(sweep_dir), True
+    manifest.write(sweep_dir)

@@ -28,7 +28,7 @@ from grpokit.run_folder.claim import (
 )
 from grpokit.run_folder.claim import claim as claim_folder
 from grpokit.run_folder.manifest import read_manifest, write_manifest
-from grpokit.submit import chain, halving, repeats, snapshot
+from grpokit.submit import chain, halving, halving_controller, repeats, snapshot
 from grpokit.submit import sweep_resume as resume_mod
 from grpokit.submit.dispatch import arrays_phrase, check_picklable, run_local, submit_slurm, write_dry_run
 from grpokit.submit.dry_run_summary import dry_run_summary
@@ -146,7 +146,7 @@ def launch_sweep(
             snapshot.take(claim.path)  # the code every attempt of every point runs (grpokit.submit.snapshot)
         returns = submit_new(claim, specs, cluster, meta, wait=opts["wait"])
         if plan is not None:
-            halving.start(claim.path, specs, plan)  # the controller job that continues the best points
+            halving_controller.start(claim.path, specs, plan)  # the controller job that continues the best points
         return returns
 
 

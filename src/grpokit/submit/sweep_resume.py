@@ -18,6 +18,7 @@ from typing import Any
 
 from grpokit.config.point import PointSpec
 from grpokit.run_folder.layout import MANIFEST, RunFolder
+from grpokit.run_folder.manifest import ManifestPoint, SweepManifest
 from grpokit.validate import Problem
 
 #: PointSpec sections a resume must leave unchanged (besides ``verl_overrides``).
@@ -123,24 +124,24 @@ def _typed_or_default(typed: dict[str, str]):
     return label
 
 
-def recorded_spec(entry: dict[str, Any]) -> dict[str, Any] | None:
+def recorded_spec(entry: ManifestPoint) -> dict[str, Any] | None:
     """The point.json a manifest entry's run folder holds (None when the job never wrote one)."""
-    path = RunFolder(entry["run_dir"]).point
+    path = RunFolder(entry.run_dir).point
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def check_same_settings(manifest: dict[str, Any], specs: list[PointSpec]) -> list[Problem]:
+def check_same_settings(manifest: SweepManifest, specs: list[PointSpec]) -> list[Problem]:
     """Every way this command's points differ from the recorded ones ([] when identical)."""
     from grpokit.config.explicit import typed_verl_keys
 
-    recorded = {int(e["index"]): e for e in manifest.get("points") or []}
+    recorded = {e.index: e for e in manifest.points}
     new = {s.index: s for s in specs}
     fix = "resume with the recorded settings, or start a new sweep with another sweep_name="
     problems = []
     for index in sorted(set(recorded) | set(new)):
         entry, spec = recorded.get(index), new.get(index)
         if spec is None:
-            problems.append(Problem(entry["name"], "point", "recorded in the sweep but not made by this command", fix))
+            problems.append(Problem(entry.name, "point", "recorded in the sweep but not made by this command", fix))
             continue
         if entry is None:
             msg = f"not in the recorded sweep (it has {len(recorded)} point(s))"
@@ -161,13 +162,13 @@ def check_same_settings(manifest: dict[str, Any], specs: list[PointSpec]) -> lis
             where = "its point.json"
         else:  # never started: only the manifest's command-line overrides are known
             diffs = differences(
-                _kit_settings(entry.get("overrides") or []),
+                _kit_settings(entry.overrides),
                 _kit_settings(spec.kit_overrides),
                 unset=lambda _key: "(not on the command line)",
             )
             where = MANIFEST
         for key, a, b in diffs:
-            problems.append(Problem(entry["name"], key, f"{a} -> {b} (recorded in {where} -> this command)", fix))
+            problems.append(Problem(entry.name, key, f"{a} -> {b} (recorded in {where} -> this command)", fix))
     return problems
 
 

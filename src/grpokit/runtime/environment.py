@@ -15,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from grpokit.slurm.task import slurm_env
+from grpokit.slurm.task import JobEnv, slurm_env
 
 
 def cuda_available() -> bool:
@@ -32,8 +32,9 @@ def cuda_available() -> bool:
 
 def cpus_for_ray(cluster_cpus: int | None) -> int:
     """CPUs given to Ray on each node: Slurm's count, else the config's, else this machine's."""
-    if os.environ.get("SLURM_CPUS_ON_NODE"):
-        return int(os.environ["SLURM_CPUS_ON_NODE"])
+    slurm_cpus = JobEnv.from_env().cpus_on_node
+    if slurm_cpus:
+        return slurm_cpus
     if cluster_cpus:
         return int(cluster_cpus)
     return len(os.sched_getaffinity(0))

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
+
+from grpokit.slurm.task import JobEnv
 
 
 def node_names() -> list[str]:
@@ -15,12 +16,13 @@ def node_names() -> list[str]:
     Raises:
         subprocess.CalledProcessError: scontrol cannot expand the node list.
     """
-    nodelist = os.environ.get("SLURM_JOB_NODELIST")
+    job = JobEnv.from_env()
+    nodelist = job.nodelist
     if not nodelist:
         return [socket.gethostname()]
     out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
     names = out.stdout.split()
-    me = os.environ.get("SLURMD_NODENAME")
+    me = job.nodename
     return sorted(names, key=lambda n: n != me) if me in names else names
 
 
@@ -66,7 +68,7 @@ def srun_step(nodes: list[str], module: str, *args: str, extra: tuple[str, ...] 
 def partition_node_count(partition: str | None = None) -> int | None:
     """Nodes of ``partition`` (default: this job's, ``$SLURM_JOB_PARTITION``) as ``sinfo -h -p
     <partition> -o %D`` counts them; None outside Slurm or when sinfo cannot say."""
-    partition = partition or os.environ.get("SLURM_JOB_PARTITION")
+    partition = partition or JobEnv.from_env().partition
     if not partition:
         return None
     try:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import os
 import subprocess
 
-from grpokit.slurm.task import slurm_task_id
+from grpokit.slurm.task import JobEnv
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +36,8 @@ def _slurm_time(value: str | None) -> dt.datetime | None:
 
 def slurm_stop_view(timeout_s: float = 10) -> SlurmStopView:
     """:class:`SlurmStopView` of this task (both None outside Slurm or when scontrol fails)."""
-    task = slurm_task_id()
+    job = JobEnv.from_env()
+    task = job.task_id
     if not task:
         return SlurmStopView(None, None)
     try:
@@ -49,7 +49,7 @@ def slurm_stop_view(timeout_s: float = 10) -> SlurmStopView:
     if out.returncode != 0:
         return SlurmStopView(None, None)
     restarts = fields.get("Restarts", "")
-    requeueing = int(restarts) > int(os.environ.get("SLURM_RESTART_COUNT") or 0) if restarts.isdigit() else None
+    requeueing = int(restarts) > job.restart_count if restarts.isdigit() else None
     started, preempt = _slurm_time(fields.get("StartTime")), _slurm_time(fields.get("PreemptTime"))
     if "PreemptTime" not in fields:
         preempting = None

@@ -21,6 +21,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from grpokit.slurm import runner
 from grpokit.slurm.nodes import srun_step
 from grpokit.slurm.task import JobEnv
 
@@ -48,12 +49,7 @@ def unshared_nodes(folder: Path, others: list[str], within_s: float = VISIBLE_WI
     probe = folder / f".grpokit-shared-check-{JobEnv.from_env().job_id or 'local'}-{token[:8]}"
     probe.write_text(token)
     try:
-        out = subprocess.run(
-            probe_command(others, probe, token, within_s),
-            capture_output=True,
-            text=True,
-            timeout=within_s + 120,
-        )
+        out = runner.run(probe_command(others, probe, token, within_s), timeout_s=within_s + 120)
     except (OSError, subprocess.TimeoutExpired):
         return None
     finally:

@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 
+from grpokit.slurm import runner
 from grpokit.slurm.task import JobEnv
 
 
@@ -20,7 +21,7 @@ def node_names() -> list[str]:
     nodelist = job.nodelist
     if not nodelist:
         return [socket.gethostname()]
-    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
+    out = runner.run(["scontrol", "show", "hostnames", nodelist], timeout_s=60, check=True)
     names = out.stdout.split()
     me = job.nodename
     return sorted(names, key=lambda n: n != me) if me in names else names
@@ -34,7 +35,7 @@ def node_address(node: str) -> str:
     that other nodes cannot reach.
     """
     try:
-        out = subprocess.run(["scontrol", "show", "node", node, "-o"], capture_output=True, text=True, timeout=30)
+        out = runner.run(["scontrol", "show", "node", node, "-o"], timeout_s=30)
         for field in out.stdout.split():
             if field.startswith("NodeAddr="):
                 addr = field.split("=", 1)[1]
@@ -72,7 +73,7 @@ def partition_node_count(partition: str | None = None) -> int | None:
     if not partition:
         return None
     try:
-        out = subprocess.run(["sinfo", "-h", "-p", partition, "-o", "%D"], capture_output=True, text=True, timeout=30)
+        out = runner.run(["sinfo", "-h", "-p", partition, "-o", "%D"], timeout_s=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
     counts = [int(x) for x in out.stdout.split() if x.isdigit()]

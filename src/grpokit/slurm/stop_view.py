@@ -6,6 +6,7 @@ import dataclasses
 import datetime as dt
 import subprocess
 
+from grpokit.slurm import runner
 from grpokit.slurm.task import JobEnv
 
 
@@ -42,7 +43,7 @@ def slurm_stop_view(timeout_s: float = 10) -> SlurmStopView:
         return SlurmStopView(None, None)
     try:
         cmd = ["scontrol", "show", "job", "-o", task]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        out = runner.run(cmd, timeout_s=timeout_s)
     except (OSError, subprocess.TimeoutExpired):
         return SlurmStopView(None, None)
     fields = dict(f.split("=", 1) for f in out.stdout.split() if "=" in f)

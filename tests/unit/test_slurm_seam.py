@@ -155,3 +155,20 @@ def test_no_module_outside_slurm_goes_around_the_seam():
         f"{m}: {line}" for m, lines in breaks.items() for line in lines
     )
     assert known_seen == set(KNOWN), f"no longer an exception, take it off KNOWN: {set(KNOWN) - known_seen}"
+
+
+def test_inside_slurm_only_the_runner_starts_processes():
+    """A fake of :mod:`grpokit.slurm.runner` answers for every module of grpokit/slurm/: none of them
+    starts a process by itself."""
+    starters = {"run", "Popen", "call", "check_call", "check_output"}
+    direct = [
+        f"{path.name}: line {node.lineno}"
+        for path in sorted(SLURM_PACKAGE.glob("*.py"))
+        if path.name != "runner.py"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in starters
+        and getattr(node.func.value, "id", None) == "subprocess"
+    ]
+    assert direct == []

@@ -42,3 +42,13 @@ def run(
         check=check,
         env=None if env is None else dict(env),
     )
+
+
+def start(cmd: Sequence[str]) -> subprocess.Popen:
+    """Start ``cmd`` (a one-shot ``srun`` step run alongside others, e.g. one per node) with its
+    output piped as text; the caller collects it with ``communicate(timeout=...)``.
+
+    Raises:
+        OSError: the program is missing.
+    """
+    return subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -27,7 +27,7 @@ import pytest
 from grpokit.config.point import PointSpec
 from grpokit.runtime import checkpoints, control, stop_inquiry
 from grpokit.runtime.driver import STOP_SIGNALS, Driver
-from grpokit.runtime.parts import Parts
+from grpokit.runtime.parts import Host, Parts
 from grpokit.slurm.stop_view import SlurmStopView
 
 REPO = Path(__file__).resolve().parents[2]
@@ -299,6 +299,39 @@ def test_the_stop_decision_waits_for_slurms_answers(tmp_path, bare_point, signal
     assert (r.status["state"], r.attempt["ended_by"], host.requeues, r.code) == ("requeued", "preempted", 1, 0)
     assert r.attempt["reason"].startswith("USR2: Slurm is preempting the job")
     assert host.asked_on == [stop_inquiry.THREAD_NAME] * 2
+    assert_closed(r, spec, signal_handlers, in_slurm=True)
+
+
+_fs = importlib.util.spec_from_file_location("slurm_runner_double", REPO / "tests" / "doubles" / "slurm_runner.py")
+fake_slurm = importlib.util.module_from_spec(_fs)
+sys.modules[_fs.name] = fake_slurm
+_fs.loader.exec_module(fake_slurm)
+
+
+class SlurmThroughRunnerHost(doubles.StandInHost):
+    """Slurm's part of the real :class:`Host` (own id, squeue, scontrol, requeue), everything else a stand-in."""
+
+    task_id = Host.task_id
+    time_left_s = Host.time_left_s
+    stop_view = Host.stop_view
+
+    def requeue_self(self) -> bool:
+        self.requeues += 1
+        return Host.requeue_self(self)
+
+
+def test_a_warning_decided_and_requeued_through_slurms_answers(tmp_path, bare_point, signal_handlers, monkeypatch):
+    """The whole USR2 path with Slurm's clients answered by the fake runner: the task's own time left
+    (70 s) makes it a time-out, the driver requeues the task itself (``scontrol requeue 77_1``)."""
+    fake = fake_slurm.FakeSlurm({"77_1": fake_slurm.FakeTask(time_left_s=LEAD_S + 10)}).install(monkeypatch)
+    spec = make_spec(bare_point, tmp_path)
+    host = SlurmThroughRunnerHost(in_slurm=True)
+    r = run_attempt(spec, host=host, script={2: _send(signal.SIGUSR2)})
+    assert (r.status["state"], r.attempt["ended_by"], r.code) == ("requeued", "timeout", 0)
+    assert r.attempt["reason"].startswith("time-limit warning (own time left 70 s); time-out requeue 1 of")
+    assert fake.commands("squeue") == [["squeue", "-h", "-j", "77_1", "-o", "%L"]]
+    assert fake.commands("scontrol") == [["scontrol", "show", "job", "-o", "77_1"], ["scontrol", "requeue", "77_1"]]
+    assert fake.tasks["77_1"].restarts == 1
     assert_closed(r, spec, signal_handlers, in_slurm=True)
 
 

@@ -25,9 +25,9 @@ from types import SimpleNamespace
 import pytest
 
 from grpokit.config.point import PointSpec
-from grpokit.runtime import checkpoints
+from grpokit.runtime import checkpoints, control, stop_inquiry
 from grpokit.runtime.driver import STOP_SIGNALS, Driver
-from grpokit.runtime.parts import Parts
+from grpokit.runtime.parts import Host, Parts
 from grpokit.slurm.stop_view import SlurmStopView
 
 REPO = Path(__file__).resolve().parents[2]
@@ -109,7 +109,8 @@ def run_attempt(spec, *, host=None, ray=None, sidecars=None, problems=(), script
 
 def assert_closed(r, spec, saved_handlers, *, in_slurm=False) -> None:
     """What every close leaves, whatever ended the attempt."""
-    left = [t.name for t in threading.enumerate() if t.name.startswith((doubles.THREAD_PREFIX, "prune-watch"))]
+    prefixes = (doubles.THREAD_PREFIX, "prune-watch", stop_inquiry.THREAD_NAME)
+    left = [t.name for t in threading.enumerate() if t.name.startswith(prefixes)]
     assert left == [], f"still running after close: {left}"
     assert r.ray.clusters and all(c.stopped for c in r.ray.clusters)
     assert r.sidecars.running() == [] and r.sidecars.stopped == list(spec.sidecars)
@@ -237,6 +238,100 @@ def test_sigterm_saves_then_decides(tmp_path, bare_point, signal_handlers, view,
     assert host.requeues == 0, "on SIGTERM Slurm requeues (or not) by itself"
     assert r.status["reason"] == "checkpointed step 2 on SIGTERM"
     assert r.attempt["reason"].startswith(why) and r.attempt["reason"].endswith("; checkpointed step 2 on SIGTERM")
+    assert_closed(r, spec, signal_handlers, in_slurm=True)
+
+
+class SlowSlurmHost(doubles.StandInHost):
+    """Slurm's answers after ``release`` is set (or ``delay_s``), each query recording its thread."""
+
+    def __init__(self, *, release: threading.Event | None = None, delay_s: float = 5.0, **kw):
+        super().__init__(**kw)
+        self.release = release or threading.Event()
+        self.delay_s = delay_s
+        self.asked_on: list[str] = []
+
+    def _slow(self, answer):
+        self.asked_on.append(threading.current_thread().name)
+        self.release.wait(self.delay_s)
+        return answer
+
+    def time_left_s(self):
+        return self._slow(super().time_left_s())
+
+    def stop_view(self):
+        return self._slow(super().stop_view())
+
+
+def test_the_stop_signal_handler_asks_slurm_nothing(tmp_path, bare_point, signal_handlers):
+    """The handler records the signal, the clock and the save request and returns while Slurm has
+    not answered (its queries block here until released); the inquiry's thread asks Slurm, and the
+    request is complete once Slurm answers."""
+    spec = make_spec(bare_point, tmp_path)
+    host = SlowSlurmHost(in_slurm=True, time_left_s=20, view=SlurmStopView(False, True))
+    driver = Driver(spec, Parts(host=host, clock=lambda: 1000.0))
+    driver._install_signals()
+    try:
+        t = time.monotonic()
+        os.kill(os.getpid(), signal.SIGUSR2)  # the handler runs in this thread before the next line
+        handler_s = time.monotonic() - t
+        assert driver.stop_signal == signal.SIGUSR2 and handler_s < 1.0, f"handler took {handler_s:.1f} s"
+        assert control.save_requested(driver.ctl)["reason"] == "SIGUSR2", "the save request is written at once"
+        provisional = driver._inquiry.current()
+        assert (provisional.at, provisional.time_left_s, provisional.slurm_preempting) == (1000.0, None, None)
+        assert provisional.save_budget_s == 30, "until Slurm answers: runtime.save_deadline_s"
+        host.release.set()
+        request = driver._inquiry.complete(wait_s=5)
+        assert (request.time_left_s, request.slurm_preempting, request.slurm_requeues) == (20, True, False)
+        assert request.save_budget_s == 20 - spec.runtime.kill_grace_s, "the budget ends a grace before the task's end"
+        assert host.asked_on == [stop_inquiry.THREAD_NAME] * 2, "Slurm is asked on the inquiry's thread only"
+    finally:
+        host.release.set()
+        driver._inquiry.close()
+    assert not any(t.name == stop_inquiry.THREAD_NAME for t in threading.enumerate())
+
+
+def test_the_stop_decision_waits_for_slurms_answers(tmp_path, bare_point, signal_handlers):
+    """Slurm answers 2 s after the warning, long after the trainer saved (0.1 s steps): the decision
+    still uses its answers (a preemption, not a time-out with its budget spent)."""
+    spec = make_spec(bare_point, tmp_path, max_timeout_requeues=0)
+    host = SlowSlurmHost(delay_s=1.0, in_slurm=True, time_left_s=LEAD_S + 10, view=SlurmStopView(False, True))
+    r = run_attempt(spec, host=host, script={2: _send(signal.SIGUSR2)})
+    assert (r.status["state"], r.attempt["ended_by"], host.requeues, r.code) == ("requeued", "preempted", 1, 0)
+    assert r.attempt["reason"].startswith("USR2: Slurm is preempting the job")
+    assert host.asked_on == [stop_inquiry.THREAD_NAME] * 2
+    assert_closed(r, spec, signal_handlers, in_slurm=True)
+
+
+_fs = importlib.util.spec_from_file_location("slurm_runner_double", REPO / "tests" / "doubles" / "slurm_runner.py")
+fake_slurm = importlib.util.module_from_spec(_fs)
+sys.modules[_fs.name] = fake_slurm
+_fs.loader.exec_module(fake_slurm)
+
+
+class SlurmThroughRunnerHost(doubles.StandInHost):
+    """Slurm's part of the real :class:`Host` (own id, squeue, scontrol, requeue), everything else a stand-in."""
+
+    task_id = Host.task_id
+    time_left_s = Host.time_left_s
+    stop_view = Host.stop_view
+
+    def requeue_self(self) -> bool:
+        self.requeues += 1
+        return Host.requeue_self(self)
+
+
+def test_a_warning_decided_and_requeued_through_slurms_answers(tmp_path, bare_point, signal_handlers, monkeypatch):
+    """The whole USR2 path with Slurm's clients answered by the fake runner: the task's own time left
+    (70 s) makes it a time-out, the driver requeues the task itself (``scontrol requeue 77_1``)."""
+    fake = fake_slurm.FakeSlurm({"77_1": fake_slurm.FakeTask(time_left_s=LEAD_S + 10)}).install(monkeypatch)
+    spec = make_spec(bare_point, tmp_path)
+    host = SlurmThroughRunnerHost(in_slurm=True)
+    r = run_attempt(spec, host=host, script={2: _send(signal.SIGUSR2)})
+    assert (r.status["state"], r.attempt["ended_by"], r.code) == ("requeued", "timeout", 0)
+    assert r.attempt["reason"].startswith("time-limit warning (own time left 70 s); time-out requeue 1 of")
+    assert fake.commands("squeue") == [["squeue", "-h", "-j", "77_1", "-o", "%L"]]
+    assert fake.commands("scontrol") == [["scontrol", "show", "job", "-o", "77_1"], ["scontrol", "requeue", "77_1"]]
+    assert fake.tasks["77_1"].restarts == 1
     assert_closed(r, spec, signal_handlers, in_slurm=True)
 
 

@@ -14,7 +14,6 @@ does not validate or its sweep folder holds another sweep (nothing ran).
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from grpokit.config.compose import compose_kit
 from grpokit.config.point import PointSpec, build_point
 from grpokit.run_folder.manifest import MANIFEST, read_manifest, write_manifest
 from grpokit.runtime.driver import run_point
-from grpokit.slurm.task import slurm_task_id
+from grpokit.slurm.task import JobEnv, slurm_task_id
 from grpokit.validate import validate_point
 
 
@@ -64,10 +63,10 @@ def main(argv: list[str]) -> int:
     except (HydraException, OmegaConfBaseException) as exc:
         print(f"run.py: {type(exc).__name__}: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2
-    job = os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID")
-    if job and not any(o.startswith("sweep_name=") for o in overrides):
+    job = JobEnv.from_env()
+    if job.in_slurm and not any(o.startswith("sweep_name=") for o in overrides):
         with open_dict(cfg):
-            cfg.sweep_name = f"{cfg.experiment.name}_job{os.environ['SLURM_JOB_ID']}"
+            cfg.sweep_name = f"{cfg.experiment.name}_job{job.job_id}"
     spec = build_point(cfg, index=0, kit_overrides=overrides, swept={})
     for notice in spec.notices:  # what the kit changed on its own (the file logger it always keeps)
         print(f"note: {notice}", file=sys.stderr)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from grpokit.run_folder import RunFolder, now, read_status, write_json_atomic
+from grpokit.slurm.task import JobEnv
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def run_chain(run_dir: Path, steps: list[str], eval_args: list[str]) -> dict[str
     record: dict[str, Any] = {
         "state": "running",
         "reason": f"running {','.join(steps)}",
-        "job_id": os.environ.get("SLURM_JOB_ID"),
+        "job_id": JobEnv.from_env().job_id,
         "steps": steps,
         "point_state": point.get("state"),
         "started": now(),

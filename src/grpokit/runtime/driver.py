@@ -71,6 +71,7 @@ from grpokit.runtime import (
     shared_fs,
     startup,
     stop_decision,
+    stop_inquiry,
     trackers,
     trainer,
     trainer_env,
@@ -104,8 +105,12 @@ class Driver:
         self.status: StatusFile | None = None
         self.attempt_dir: Path | None = None
         self.resubmission: str | None = None
-        # The first stop signal: its number at once (later ones are ignored), then what Slurm said.
+        # The first stop signal: its number at once (later ones are ignored), then what Slurm said
+        # (asked on the inquiry's thread right after the signal; complete before the stop decision).
         self.stop_signal: int | None = None
+        self._inquiry = stop_inquiry.StopInquiry(
+            self.host, save_deadline_s=float(spec.runtime.save_deadline_s), grace_s=self.grace_s
+        )
         self.stop: stop_decision.StopRequest | None = None
         self.cluster: Any = None
         self.sidecars: dict[str, Any] = {}
@@ -279,6 +284,7 @@ class Driver:
         happened = dataclasses.replace(happened, disk_full=self._disk_full(happened))
         self._write_startup()
         outcome = self._outcome = self._decide(happened)
+        self._inquiry.close()
         self._write_status(outcome)
         if self._beater is not None:
             self._beater.stop()
@@ -349,42 +355,19 @@ class Driver:
 
     # -- stop signals ------------------------------------------------------------------------------
     def _install_signals(self) -> None:
+        self._inquiry.start()  # waits for the first stop signal, then asks Slurm about it
         for sig in STOP_SIGNALS:
             self._handlers[sig] = signal.signal(sig, self._on_signal)
 
     def _on_signal(self, signum, _frame) -> None:
+        """The stop signals' handler: records the signal and the clock and writes the save request
+        (a plain file write); Slurm is asked on the inquiry's thread (:mod:`grpokit.runtime.stop_inquiry`),
+        never here."""
         if self.stop_signal is not None:
             return
         self.stop_signal = signum
-        at = self.parts.clock()
-        name = signal.Signals(signum).name
-        log.warning("%s received: asking the trainer to checkpoint at its next step boundary", name)
-        control.request_save(self.ctl, reason=name)
-        # What Slurm says now (this task's own time left) is the stop decision's input, not what
-        # it says after the save, which may take most of the lead.
-        left = self.host.time_left_s()
-        view = self.host.stop_view()
-        self.stop = stop_decision.StopRequest(
-            signum,
-            at=at,
-            save_budget_s=stop_decision.save_budget_s(
-                signum,
-                time_left_s=left,
-                save_deadline_s=float(self.spec.runtime.save_deadline_s),
-                grace_s=self.grace_s,
-            ),
-            time_left_s=left,
-            slurm_requeues=view.requeueing,
-            slurm_preempting=view.preempting,
-        )
-        log.info(
-            "Slurm task %s: own time left %s s, Slurm preempting it: %s, requeueing it: %s; save budget %.0f s",
-            self.host.task_id(),
-            None if left is None else round(left),
-            view.preempting,
-            view.requeueing,
-            self.stop.save_budget_s,
-        )
+        self._inquiry.arrived(signum, self.parts.clock())
+        control.request_save(self.ctl, reason=signal.Signals(signum).name)
 
     # -- the run folder ----------------------------------------------------------------------------
     def _write_run_files(self) -> None:
@@ -548,7 +531,8 @@ class Driver:
                     compile_cache.mark_complete(ckpt_dir)  # a step ran: the kernels are compiled, siblings may copy
             if self.stop_signal is not None:
                 # On SIGTERM Slurm signals every process of the job: deaths are expected now.
-                if self.stop is not None and self.stop.overdue(self.parts.clock()):
+                request = self._inquiry.current()  # Slurm's answers unknown until they come
+                if request is not None and request.overdue(self.parts.clock()):
                     log.warning("trainer did not stop in time after the save request: stopping it")
                     proc.stop(self.grace_s)
                     return proc.wait()
@@ -651,6 +635,7 @@ class Driver:
         stop signal came; a failure to decide is itself a ``failed`` outcome."""
         try:
             stop = None
+            self.stop = self._inquiry.complete()  # Slurm's answers about the signal, waited for
             if self.stop is not None:
                 stop = self.stop.decide(
                     lead_s=float(self.spec.cluster.signal_delay_s),

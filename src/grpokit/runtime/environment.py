@@ -7,33 +7,25 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
 import socket
-import subprocess
 import sys
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
-from grpokit.slurm.task import slurm_env
+from grpokit.slurm import gpus
+from grpokit.slurm.task import JobEnv, slurm_env
 
 
 def cuda_available() -> bool:
     """Whether a real CUDA GPU is present (Slurm's gres may schedule devices that are not GPUs)."""
-    if shutil.which("nvidia-smi"):
-        try:
-            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
-            return out.returncode == 0 and "GPU" in out.stdout
-        except (OSError, subprocess.TimeoutExpired):
-            return False
-    gpus = Path("/proc/driver/nvidia/gpus")
-    return gpus.is_dir() and any(gpus.iterdir())
+    return gpus.cuda_available()
 
 
 def cpus_for_ray(cluster_cpus: int | None) -> int:
     """CPUs given to Ray on each node: Slurm's count, else the config's, else this machine's."""
-    if os.environ.get("SLURM_CPUS_ON_NODE"):
-        return int(os.environ["SLURM_CPUS_ON_NODE"])
+    slurm_cpus = JobEnv.from_env().cpus_on_node
+    if slurm_cpus:
+        return slurm_cpus
     if cluster_cpus:
         return int(cluster_cpus)
     return len(os.sched_getaffinity(0))

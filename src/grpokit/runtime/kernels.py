@@ -20,11 +20,11 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
-import subprocess
 from pathlib import Path
 
 from grpokit.config.point import PointSpec
 from grpokit.runtime.outcome import JobFailed
+from grpokit.slurm import gpus
 
 GDN_BACKEND_KEY = "actor_rollout_ref.rollout.engine_kwargs.vllm.additional_config.gdn_prefill_backend"
 
@@ -64,17 +64,7 @@ def _installed_version(package: str) -> str | None:
 def gpu_compute_capability() -> str | None:
     """The first visible GPU's compute capability (``"9.0"``) from ``nvidia-smi``, without
     creating a CUDA context in this process; None when there is no GPU or no answer in 10 s."""
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.split()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out[0] if out else None
+    return gpus.compute_capability()
 
 
 def fla_problem(

@@ -10,7 +10,6 @@ shutdown path in seconds, without Slurm, Ray or a GPU.
 from __future__ import annotations
 
 import dataclasses
-import os
 import subprocess
 import time
 from collections.abc import Callable, Mapping
@@ -104,9 +103,10 @@ class Host:
 
     def start_signal_relay(self, log_path: Path) -> None:
         """In a Slurm job: the step that passes ``scancel --signal=USR2`` on to this process."""
-        if self.in_slurm() and os.environ.get("SLURMD_NODENAME"):
+        node = task.JobEnv.from_env().nodename
+        if self.in_slurm() and node:
             # scancel --signal=USR2 without --batch signals job steps only, never this batch step
-            signal_relay.start(os.environ["SLURMD_NODENAME"], log_path)
+            signal_relay.start(node, log_path)
 
     def requeue_self(self) -> bool:
         return requeue.requeue_self()

@@ -33,6 +33,7 @@ from pathlib import Path
 from grpokit import procs
 from grpokit.runtime import node_state, ports
 from grpokit.slurm.nodes import srun_step
+from grpokit.slurm.task import JobEnv
 
 log = logging.getLogger(__name__)
 
@@ -344,8 +345,7 @@ def start_slot(
             time.sleep(0.5)
         if held:
             os.ftruncate(fd, 0)
-            job = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
-            job_id = f"{job[0]}_{job[1]}" if all(job) else os.environ.get("SLURM_JOB_ID")
+            job_id = JobEnv.from_env().task_id
             os.pwrite(fd, json.dumps({"pid": os.getpid(), "job": job_id}).encode(), 0)
         if said:
             if held:

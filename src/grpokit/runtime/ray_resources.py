@@ -17,6 +17,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from grpokit.slurm.task import JobEnv
+
 MIB = 1024**2
 #: Ray's floor (``ray_constants.OBJECT_STORE_MINIMUM_MEMORY_BYTES``): ``ray start`` refuses less.
 RAY_MIN_OBJECT_STORE_BYTES = 75 * MIB
@@ -43,16 +45,8 @@ def slurm_memory_bytes(env: Mapping[str, str] | None = None) -> int | None:
     ``--mem-per-cpu`` or the partition's ``DefMemPerCPU``) x ``SLURM_CPUS_ON_NODE``. A value of 0
     (``--mem=0``: all of the node's memory) counts as not set.
     """
-    env = os.environ if env is None else env
-    try:
-        per_node = int(env.get("SLURM_MEM_PER_NODE") or 0)
-        if per_node > 0:
-            return per_node * MIB
-        per_cpu = int(env.get("SLURM_MEM_PER_CPU") or 0)
-        cpus = int(env.get("SLURM_CPUS_ON_NODE") or 0)
-    except ValueError:
-        return None
-    return per_cpu * cpus * MIB if per_cpu > 0 and cpus > 0 else None
+    mb = JobEnv.from_env(env).memory_mb  # env None: os.environ
+    return mb * MIB if mb else None
 
 
 def cgroup_memory_limit(

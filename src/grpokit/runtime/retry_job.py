@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import subprocess
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from grpokit.runtime.outcome import Outcome
 from grpokit.runtime.retry import CRASH, RAY_FAILED, Decision, crash_kind, decide
 from grpokit.slurm.nodes import partition_node_count
 from grpokit.slurm.requeue import delay_and_exclude
+from grpokit.slurm.task import JobEnv
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def on_outcome(
     try:
         nodes = list(host.node_names()) if in_slurm else []
     except (OSError, subprocess.CalledProcessError):
-        nodes = [os.environ.get("SLURMD_NODENAME", "?")]
+        nodes = [JobEnv.from_env().nodename or "?"]
     since = status.data.get("resubmission")
     earlier = [a for a in status.data["attempts"][:-1] if a.get("resubmission") == since]
     runtime = spec.runtime

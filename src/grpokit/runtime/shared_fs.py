@@ -15,14 +15,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import secrets
 import socket
 import subprocess
 import time
 from pathlib import Path
 
+from grpokit.slurm import runner
 from grpokit.slurm.nodes import srun_step
+from grpokit.slurm.task import JobEnv
 
 #: Seconds a node keeps looking for the token (covers attribute caches of network file systems).
 VISIBLE_WITHIN_S = 10.0
@@ -45,15 +46,10 @@ def unshared_nodes(folder: Path, others: list[str], within_s: float = VISIBLE_WI
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     token = secrets.token_hex(16)
-    probe = folder / f".grpokit-shared-check-{os.environ.get('SLURM_JOB_ID', 'local')}-{token[:8]}"
+    probe = folder / f".grpokit-shared-check-{JobEnv.from_env().job_id or 'local'}-{token[:8]}"
     probe.write_text(token)
     try:
-        out = subprocess.run(
-            probe_command(others, probe, token, within_s),
-            capture_output=True,
-            text=True,
-            timeout=within_s + 120,
-        )
+        out = runner.run(probe_command(others, probe, token, within_s), timeout_s=within_s + 120)
     except (OSError, subprocess.TimeoutExpired):
         return None
     finally:
@@ -109,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--within", type=float, default=VISIBLE_WITHIN_S)
     args = parser.parse_args(argv)
     visible, detail = _check(args.path, args.token, args.within)
-    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    node = JobEnv.from_env().nodename or socket.gethostname()
     print(_MARK + json.dumps({"node": node, "visible": visible, "detail": detail}), flush=True)
 
 

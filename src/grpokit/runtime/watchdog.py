@@ -39,6 +39,7 @@ from pathlib import Path
 import psutil
 
 from grpokit.run_folder.layout import HANG_STACKS
+from grpokit.slurm import runner
 from grpokit.slurm.nodes import srun_step
 
 log = logging.getLogger(__name__)
@@ -342,7 +343,7 @@ def write_stacks_file(
     started: list[tuple[str, subprocess.Popen | Exception]] = []
     for node, cmd in remote:  # all nodes at once, while this node's stacks are taken
         try:
-            started.append((node, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+            started.append((node, runner.start(cmd)))
         except OSError as exc:
             started.append((node, exc))
     deadline = time.monotonic() + timeout_s

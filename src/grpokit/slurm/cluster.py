@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 
+from grpokit.slurm import runner
 from grpokit.slurm.times import parse_time_min
 
 #: Seconds any one Slurm query may take before the check gives up (a slurmctld that does not answer).
@@ -95,7 +96,7 @@ def gres_gpus(gres: str) -> int:
 
 def run_slurm(cmd: list[str]) -> str:
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S)
+        out = runner.run(cmd, timeout_s=QUERY_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
         raise SlurmQueryError(f"`{' '.join(cmd)}` did not answer within {QUERY_TIMEOUT_S} s") from exc
     if out.returncode != 0:

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
+from grpokit.slurm import runner
 from grpokit.slurm.times import parse_time_s
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,7 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess | None:
         log.debug("%s not on PATH; skipping", argv[0])
         return None
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False)
+        return runner.run(argv, timeout_s=COMMAND_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as exc:
         log.warning("%s failed: %s", " ".join(argv[:3]), exc)
         return None

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
+
+from grpokit.slurm import runner
+from grpokit.slurm.task import JobEnv
 
 
 def node_names() -> list[str]:
@@ -15,12 +17,13 @@ def node_names() -> list[str]:
     Raises:
         subprocess.CalledProcessError: scontrol cannot expand the node list.
     """
-    nodelist = os.environ.get("SLURM_JOB_NODELIST")
+    job = JobEnv.from_env()
+    nodelist = job.nodelist
     if not nodelist:
         return [socket.gethostname()]
-    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
+    out = runner.run(["scontrol", "show", "hostnames", nodelist], timeout_s=60, check=True)
     names = out.stdout.split()
-    me = os.environ.get("SLURMD_NODENAME")
+    me = job.nodename
     return sorted(names, key=lambda n: n != me) if me in names else names
 
 
@@ -32,7 +35,7 @@ def node_address(node: str) -> str:
     that other nodes cannot reach.
     """
     try:
-        out = subprocess.run(["scontrol", "show", "node", node, "-o"], capture_output=True, text=True, timeout=30)
+        out = runner.run(["scontrol", "show", "node", node, "-o"], timeout_s=30)
         for field in out.stdout.split():
             if field.startswith("NodeAddr="):
                 addr = field.split("=", 1)[1]
@@ -66,11 +69,11 @@ def srun_step(nodes: list[str], module: str, *args: str, extra: tuple[str, ...] 
 def partition_node_count(partition: str | None = None) -> int | None:
     """Nodes of ``partition`` (default: this job's, ``$SLURM_JOB_PARTITION``) as ``sinfo -h -p
     <partition> -o %D`` counts them; None outside Slurm or when sinfo cannot say."""
-    partition = partition or os.environ.get("SLURM_JOB_PARTITION")
+    partition = partition or JobEnv.from_env().partition
     if not partition:
         return None
     try:
-        out = subprocess.run(["sinfo", "-h", "-p", partition, "-o", "%D"], capture_output=True, text=True, timeout=30)
+        out = runner.run(["sinfo", "-h", "-p", partition, "-o", "%D"], timeout_s=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
     counts = [int(x) for x in out.stdout.split() if x.isdigit()]

@@ -6,6 +6,7 @@ import logging
 import signal
 import subprocess
 
+from grpokit.slurm import runner
 from grpokit.slurm.task import slurm_task_id
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,7 @@ def requeue_self() -> bool:
     for handler_sig in (signal.SIGTERM, signal.SIGUSR2):
         signal.signal(handler_sig, signal.SIG_IGN)  # Slurm signals the job while requeueing it
     try:
-        out = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=60)
+        out = runner.run(["scontrol", "requeue", job], timeout_s=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
         log.error("scontrol requeue %s failed: %s", job, exc)
         return False
@@ -48,7 +49,7 @@ def delay_and_exclude(task_id: str, *, start_in_s: int, exclude: list[str] | tup
         fields.append(f"ExcNodeList={','.join(exclude)}")
     cmd = ["scontrol", "update", f"JobId={task_id}", *fields]
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        out = runner.run(cmd, timeout_s=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
         log.error("%s failed: %s", " ".join(cmd), exc)
         return False

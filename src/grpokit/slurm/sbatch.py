@@ -14,6 +14,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from grpokit.slurm.cluster import SlurmQueryError, run_slurm
 from grpokit.slurm.executor import executor_parameters
 
 #: The submission command submitit writes (``python -u -m submitit.core._submit <folder>``), with
@@ -70,3 +71,13 @@ def preview(cluster: Any, *, name: str, num_points: int, folder: str | Path | No
 def map_count(num_points: int) -> int | None:
     """submitit's ``map_count`` for ``num_points`` tasks: None (one plain job) for one."""
     return num_points if num_points > 1 else None
+
+
+def test_only_refusal(script: Path | str) -> str | None:
+    """``sbatch --test-only <script>``: Slurm's refusal in its own words (the last line of its
+    error), or None when Slurm would run the script (it is not submitted)."""
+    try:
+        run_slurm(["sbatch", "--test-only", str(script)])
+    except SlurmQueryError as exc:
+        return str(exc).split("failed: ", 1)[-1]
+    return None

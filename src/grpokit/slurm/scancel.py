@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import subprocess
 
+from grpokit.slurm import runner
+
 #: Seconds to wait for ``scancel`` to answer (slurmctld under load answers in well under a second).
 SCANCEL_TIMEOUT_S = 60
 
@@ -25,7 +27,7 @@ def scancel(job_ids: list[str], *, timeout_s: float = SCANCEL_TIMEOUT_S) -> str 
     if not ids:
         return None
     try:
-        out = subprocess.run(["scancel", *ids], capture_output=True, text=True, timeout=timeout_s)
+        out = runner.run(["scancel", *ids], timeout_s=timeout_s)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"scancel {' '.join(ids)} did not run: {exc}"
     if out.returncode != 0:

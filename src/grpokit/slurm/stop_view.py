@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import os
 import subprocess
 
-from grpokit.slurm.task import slurm_task_id
+from grpokit.slurm import runner
+from grpokit.slurm.task import JobEnv
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,19 +37,20 @@ def _slurm_time(value: str | None) -> dt.datetime | None:
 
 def slurm_stop_view(timeout_s: float = 10) -> SlurmStopView:
     """:class:`SlurmStopView` of this task (both None outside Slurm or when scontrol fails)."""
-    task = slurm_task_id()
+    job = JobEnv.from_env()
+    task = job.task_id
     if not task:
         return SlurmStopView(None, None)
     try:
         cmd = ["scontrol", "show", "job", "-o", task]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        out = runner.run(cmd, timeout_s=timeout_s)
     except (OSError, subprocess.TimeoutExpired):
         return SlurmStopView(None, None)
     fields = dict(f.split("=", 1) for f in out.stdout.split() if "=" in f)
     if out.returncode != 0:
         return SlurmStopView(None, None)
     restarts = fields.get("Restarts", "")
-    requeueing = int(restarts) > int(os.environ.get("SLURM_RESTART_COUNT") or 0) if restarts.isdigit() else None
+    requeueing = int(restarts) > job.restart_count if restarts.isdigit() else None
     started, preempt = _slurm_time(fields.get("StartTime")), _slurm_time(fields.get("PreemptTime"))
     if "PreemptTime" not in fields:
         preempting = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
+from grpokit.slurm import runner
 from grpokit.slurm.task import slurm_task_id
 from grpokit.slurm.times import parse_time_s
 
@@ -19,7 +20,7 @@ def time_left_s(timeout_s: float = 10) -> float | None:
         return None
     try:
         cmd = ["squeue", "-h", "-j", task, "-o", "%L"]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        out = runner.run(cmd, timeout_s=timeout_s)
     except (OSError, subprocess.TimeoutExpired):
         return None
     lines = out.stdout.split()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+from grpokit.slurm.task import JobEnv
 
 
 class RunPointTask:
@@ -15,7 +15,7 @@ class RunPointTask:
     """
 
     def __call__(self, spec_json: str) -> int:
-        if int(os.environ.get("SLURM_PROCID", "0")) != 0:
+        if JobEnv.from_env().procid != 0:
             return 0
         from grpokit.runtime.driver import run_point
 

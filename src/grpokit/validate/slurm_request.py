@@ -22,7 +22,7 @@ from typing import Any
 from grpokit.config.schema import ClusterConf
 from grpokit.problems import Problem, note
 from grpokit.slurm import sbatch
-from grpokit.slurm.cluster import SlurmFacts, SlurmQueryError, query_facts, run_slurm
+from grpokit.slurm.cluster import SlurmFacts, SlurmQueryError, query_facts
 
 
 def _request(cluster: Mapping[str, Any]) -> dict[str, Any]:
@@ -137,11 +137,7 @@ def sbatch_test_only(preview: str, *, num_tasks: int, parallelism: int) -> str |
     with tempfile.TemporaryDirectory(prefix="grpokit-test-only-") as tmp:
         script = Path(tmp) / "request.sh"
         script.write_text("#!/bin/bash\n" + "\n".join(lines) + "\ntrue\n")
-        try:
-            run_slurm(["sbatch", "--test-only", str(script)])
-        except SlurmQueryError as exc:
-            return str(exc).split("failed: ", 1)[-1]
-    return None
+        return sbatch.test_only_refusal(script)
 
 
 def check_request(

@@ -17,7 +17,7 @@ Both launch the same trivial trainer (this file with ``--as-trainer``), which re
 started and when ``ray.init`` saw all nodes. Under the kit it then logs its one step the way verl's
 ``file`` logger does (a ``{"step": 1, ...}`` line in ``VERL_FILE_LOGGER_PATH``): the point's target
 is ``trainer.total_training_steps=1`` with no checkpoint (``save_freq=-1``), so the point is
-``completed`` only because it reached its target (``grpokit.runtime.completion``). Needs the tiny
+``completed`` only because it reached its target (``grpokit.runtime.decisions.completion``). Needs the tiny
 model and GSM8K parquet files, which it builds in a temporary folder (``../shared/data/gsm8k``).
 Prints a table, the ratio verl / kit, and the kit attempt's start-up timeline (``startup.json``).
 """

@@ -34,7 +34,7 @@ from typing import Any
 
 from grpokit.run_folder import FINAL_STATES, read_status
 from grpokit.run_folder.metrics import read_jsonl
-from grpokit.runtime.checkpoints import list_checkpoints, read_tracker
+from grpokit.runtime.decisions.checkpoints import list_checkpoints, read_tracker
 
 log = logging.getLogger(__name__)
 

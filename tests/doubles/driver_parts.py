@@ -5,9 +5,9 @@ trainer on a GPU, Slurm's view of a task) so that ``tests/unit/test_driver_lifec
 drive every way an attempt ends and check that :meth:`Driver.close` stopped each of them:
 
 - :class:`StandInRay`: ``start_ray(**kwargs)`` -> :class:`StandInCluster`, alive until ``kill()``.
-- :class:`StandInSidecars`: the sidecar API of :mod:`grpokit.runtime.sidecars`; each sidecar is a
+- :class:`StandInSidecars`: the sidecar API of :mod:`grpokit.runtime.processes.sidecars`; each sidecar is a
   real HTTP server on a thread of this process that answers ``/health`` to its own key, so the
-  real readiness check (:func:`grpokit.runtime.sidecars.wait_ready`) gates it; ``die(name)``
+  real readiness check (:func:`grpokit.runtime.processes.sidecars.wait_ready`) gates it; ``die(name)``
   makes it exit as a crashed server does.
 - :class:`StandInTrainer`: verl's trainer as a thread, following the kit's contracts as
   ``tests/doubles/fake_verl_trainer.py`` does: ``Total training steps: N`` in ``trainer.log``, one
@@ -32,8 +32,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 
-from grpokit.runtime import control, sidecars
+from grpokit.runtime import control
 from grpokit.runtime.parts import Host
+from grpokit.runtime.processes import sidecars
 from grpokit.slurm.stop_view import SlurmStopView
 
 #: Prefix of every thread a stand-in starts (the tests check none is left after the close).
@@ -231,7 +232,7 @@ class StandInTrainer:
         self.thread.join(grace_s)
 
     def save(self, step: int) -> None:
-        """A complete verl checkpoint of ``step`` (grpokit.runtime.checkpoints' layout), tracker last."""
+        """A complete verl checkpoint of ``step`` (grpokit.runtime.decisions.checkpoints' layout), tracker last."""
         actor = self.ckpt / f"global_step_{step}" / "actor"
         (actor / "huggingface").mkdir(parents=True, exist_ok=True)
         for kind in ("model", "optim", "extra_state"):

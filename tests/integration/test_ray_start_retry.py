@@ -17,7 +17,7 @@ import time
 import psutil
 import pytest
 
-from grpokit.runtime import ray_cluster
+from grpokit.runtime.processes import ray_cluster
 
 
 @pytest.mark.timeout(400)  # Ray's GCS gives up on its port after ~40 s; the second try starts Ray for real
@@ -40,7 +40,7 @@ def test_a_head_whose_gcs_port_is_taken_is_started_again_with_fresh_ports(tmp_pa
         monkeypatch.setattr(ray_cluster, "reserve_node_ports", first_gcs_port_taken)
         # a start slot of its own: the machine's other test jobs' Ray starts do not hold this test up
         monkeypatch.setattr(ray_cluster, "START_LOCK", tmp_path / "ray-start.lock")
-        caplog.set_level(logging.INFO, logger="grpokit.runtime.ray_cluster")
+        caplog.set_level(logging.INFO, logger="grpokit.runtime.processes.ray_cluster")
         procs_before = {p.pid for p in psutil.Process().children(recursive=True)}
         cluster = ray_cluster.start_cluster(
             log_dir=tmp_path,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from grpokit.runtime import ports
+from grpokit.runtime.processes import ports
 
 pytestmark = pytest.mark.slurm
 

@@ -58,7 +58,7 @@ def held_port_groups(run_dir: Path, endpoints: dict) -> list[tuple[float, float,
     """``(reserved at, released by, ports)`` for a job's sidecar ports and for its Ray ports, from
     its driver.log: each group is reserved just before the line that starts it (``sidecar ...:`` /
     ``ray head:``) and released at the job's clean-up, before its last line (the outcome). Ray
-    starts one at a time per node (grpokit.runtime.ray_cluster.start_slot), so a job may reserve
+    starts one at a time per node (grpokit.runtime.processes.ray_cluster.start_slot), so a job may reserve
     its Ray ports after another job ended and released the same ports: that is reuse, not sharing."""
     import datetime as dt
 
@@ -67,8 +67,8 @@ def held_port_groups(run_dir: Path, endpoints: dict) -> list[tuple[float, float,
 
     log = [line for line in (run_dir / "attempts" / "1" / "driver.log").read_text().splitlines() if line[:2] == "20"]
     released = at(log[-1])
-    sidecar_at = min(at(line) for line in log if "grpokit.runtime.sidecars: sidecar " in line)
-    ray_at = min(at(line) for line in log if "grpokit.runtime.ray_cluster: ray head: " in line)
+    sidecar_at = min(at(line) for line in log if "grpokit.runtime.processes.sidecars: sidecar " in line)
+    ray_at = min(at(line) for line in log if "grpokit.runtime.processes.ray_cluster: ray head: " in line)
     ray = endpoints["ray"]
     ray_ports = {p for p in ray["ports"].values() if p} | set(range(ray["worker_ports"][0], ray["worker_ports"][1] + 1))
     return [(sidecar_at, released, job_ports(endpoints) - ray_ports), (ray_at, released, ray_ports)]
@@ -202,7 +202,7 @@ def test_two_node_job_starts_one_head_and_one_worker_and_the_trainer_sees_both(k
     assert seen["cluster_resources"]["GPU"] == 4.0
     driver_log = (run_dir / "attempts" / "1" / "driver.log").read_text()
     assert driver_log.count(" start --head") == 1, "exactly one head (ray script or python -m)"
-    assert driver_log.count("grpokit.runtime.ray_worker") == 1, "exactly one worker"
+    assert driver_log.count("grpokit.runtime.processes.ray_worker") == 1, "exactly one worker"
     assert f"srun --overlap --nodes=1 --ntasks=1 --nodelist={nodes[1]}" in driver_log
     assert "'nodes': 2" in driver_log
     assert_nothing_left(run_dir, job_ports(endpoints))

@@ -1,4 +1,4 @@
-"""grpokit.runtime.checkpoints: completeness of verl FSDP checkpoints."""
+"""grpokit.runtime.decisions.checkpoints: completeness of verl FSDP checkpoints."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpokit.runtime.checkpoints import (
+from grpokit.runtime.decisions.checkpoints import (
     MANIFEST,
     inspect_checkpoint,
     latest_complete,
@@ -20,7 +20,7 @@ from grpokit.runtime.checkpoints import (
     record_saved,
     torch_file_problem,
 )
-from grpokit.runtime.resume_from import prepare_resume
+from grpokit.runtime.decisions.resume_from import prepare_resume
 
 REPO = Path(__file__).resolve().parents[2]
 

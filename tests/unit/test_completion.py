@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from grpokit.runtime.completion import judge, total_steps_from_log
+from grpokit.runtime.decisions.completion import judge, total_steps_from_log
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,7 +42,7 @@ def test_verl_fit_loop_still_saves_at_the_last_step_only_with_positive_save_freq
     source = Path(importlib.util.find_spec("verl.trainer.ppo.ray_trainer").origin).read_text()
     assert "is_last_step = self.global_steps >= self.total_training_steps" in source
     save = re.search(r"if self\.config\.trainer\.save_freq > 0 and \(\s*is_last_step", source)
-    assert save, "verl's save condition changed: revisit grpokit/runtime/completion.py"
+    assert save, "verl's save condition changed: revisit grpokit/runtime/decisions/completion.py"
     assert 'print(f"Total training steps: {self.total_training_steps}")' in source
     assert "drop_last=True" in source  # the train dataloader's last partial batch is dropped
 

@@ -25,9 +25,11 @@ from types import SimpleNamespace
 import pytest
 
 from grpokit.config.point import PointSpec
-from grpokit.runtime import checkpoints, control, stop_inquiry
+from grpokit.runtime import control
+from grpokit.runtime.decisions import checkpoints
 from grpokit.runtime.driver import STOP_SIGNALS, Driver
 from grpokit.runtime.parts import Host, Parts
+from grpokit.runtime.processes import stop_inquiry
 from grpokit.slurm.stop_view import SlurmStopView
 
 REPO = Path(__file__).resolve().parents[2]
@@ -449,7 +451,7 @@ def test_a_wait_for_the_ray_start_slot_is_the_points_reason_meanwhile(
 ):
     """Issue 24 item 5: while another of the user's jobs starts its Ray on the node, status.json's
     reason says so (``grpokit status`` showed an empty ``running -/N``); the reason before it comes back."""
-    from grpokit.runtime import ray_cluster
+    from grpokit.runtime.processes import ray_cluster
 
     monkeypatch.setattr(ray_cluster, "START_LOCK", tmp_path / "ray-start.lock")
     for var in ("SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_ID"):  # the holder is named by its pid
@@ -495,7 +497,7 @@ def test_a_full_checkpoint_disk_fails_as_disk_full_and_is_not_retried(
     space, which no other node can fix (a shared file system): ``disk_full`` from the first attempt,
     no requeue although ``runtime.max_retries`` would retry a crash."""
     from grpokit.run_folder.heartbeat import read_record
-    from grpokit.runtime import disk_full
+    from grpokit.runtime.decisions import disk_full
 
     spec = make_spec(bare_point, tmp_path, max_retries=1)
     ckpt = spec.checkpoint_dir

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from grpokit.config.compose import compose_kit
 from grpokit.config.point import PointSpec, build_point
 from grpokit.paths import package_file
-from grpokit.runtime import sidecars
+from grpokit.runtime.processes import sidecars
 from grpokit.tasks.memalpha import server as memory_server
 from grpokit.validate import validate_point
 

@@ -13,7 +13,7 @@ import pytest
 
 from grpokit.config.compose import compose_kit
 from grpokit.config.point import build_point, with_file_logger
-from grpokit.runtime import trainer
+from grpokit.runtime.processes import trainer
 from grpokit.validate import validate_point
 
 

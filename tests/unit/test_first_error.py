@@ -1,12 +1,12 @@
 # ruff: noqa: E501  (the log excerpts keep the real, long lines of Ray and vLLM)
-"""The first real error of a trainer log (grpokit.runtime.first_error), on log excerpts shaped
+"""The first real error of a trainer log (grpokit.runtime.decisions.first_error), on log excerpts shaped
 like the GPU host's trainer.log when vLLM's engine core died (issue 15)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from grpokit.runtime.first_error import clean_line, first_error, first_error_in_file
+from grpokit.runtime.decisions.first_error import clean_line, first_error, first_error_in_file
 
 # vLLM 0.24's engine core without FlashInfer, as Ray relays it (colour codes, worker prefix, vLLM's
 # log prefix), followed much later by verl's replay-buffer failure in the driver process.

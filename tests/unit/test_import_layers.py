@@ -136,3 +136,20 @@ def test_no_package_and_no_module_imports_itself_back():
     assert not cycles(packages), f"package cycles: {cycles(packages)}"
     new = [c for c in cycles(graph) if c not in KNOWN_CYCLES]
     assert not new, f"module cycles: {new}"
+
+
+def test_the_drivers_decisions_import_no_process_and_no_driver():
+    """Inside ``runtime``: ``runtime.decisions`` (verdicts from evidence) sits below the processes
+    the driver starts (``runtime.processes``) and the driver itself; it imports only its own kind."""
+    up = sorted(
+        f"{name} -> {target}"
+        for name, targets in import_graph().items()
+        if name.startswith("grpokit.runtime.decisions")
+        for target in targets
+        if target.startswith("grpokit.runtime") and not target.startswith("grpokit.runtime.decisions")
+    )
+    print(
+        "runtime.decisions imports:",
+        sorted({t for n, ts in import_graph().items() if n.startswith("grpokit.runtime.decisions") for t in ts}),
+    )
+    assert up == [], up

@@ -1,4 +1,4 @@
-"""The node's kernel choices (grpokit.runtime.kernels): vLLM's Triton Gated-DeltaNet prefill
+"""The node's kernel choices (grpokit.runtime.processes.kernels): vLLM's Triton Gated-DeltaNet prefill
 backend when FlashInfer is missing (issue 15; measured on one H200 with vLLM 0.24.0)."""
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 
 from grpokit.config.point import PointSpec
-from grpokit.runtime import kernels, trainer
-from grpokit.runtime.kernels import (
+from grpokit.runtime.decisions.outcome import JobFailed
+from grpokit.runtime.processes import kernels, trainer
+from grpokit.runtime.processes.kernels import (
     GDN_BACKEND_KEY,
     check_node,
     fla_problem,
     has_linear_attention,
     kernel_overrides,
 )
-from grpokit.runtime.outcome import JobFailed
 
 TRITON = f"++{GDN_BACKEND_KEY}=triton"
 

@@ -21,10 +21,10 @@ from grpokit.run_folder.liveness import Cause, Evidence, Verdict, decide, exit_c
 from grpokit.run_folder.point_state import point_state
 from grpokit.run_folder.status_file import StatusFile
 from grpokit.run_folder.sweep_reader import Point
-from grpokit.runtime import disk_full
-from grpokit.runtime.completion import Completion
-from grpokit.runtime.outcome import Happened
-from grpokit.runtime.outcome import decide as decide_outcome
+from grpokit.runtime.decisions import disk_full
+from grpokit.runtime.decisions.completion import Completion
+from grpokit.runtime.decisions.outcome import Happened
+from grpokit.runtime.decisions.outcome import decide as decide_outcome
 from grpokit.slurm.job_states import SlurmJobState
 from grpokit.submit import wait
 
@@ -282,7 +282,7 @@ def test_disk_full_is_named_from_the_error_or_the_free_space():
 
 
 def test_a_full_disk_fails_the_attempt_as_disk_full_not_a_crash_to_retry():
-    from grpokit.runtime import retry
+    from grpokit.runtime.decisions import retry
 
     crash = Happened(trainer_started=True, trainer_exit=1, disk_full="disk full writing /ckpt/s/000 (0 bytes free)")
     out = decide_outcome(crash)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from grpokit.runtime import node_state, ports, ray_cluster
+from grpokit.runtime.processes import node_state, ports, ray_cluster
 
 REPO = Path(__file__).resolve().parents[2]
 OTHER_USER = "grpokit-test2"
@@ -137,7 +137,7 @@ def record(event, args):  # every file this process opens
         opened.append(os.fsdecode(args[0]))
 sys.addaudithook(record)
 sys.path[:0] = [SRC]
-from grpokit.runtime import ports, ray_cluster
+from grpokit.runtime.processes import ports, ray_cluster
 other = pwd.getpwnam(USER)
 # the old scheme's shared files, left by the first user on the node (root), mode 0644: the case
 # fs.protected_regular makes of a 0666 file in sticky /tmp for every other user
@@ -178,7 +178,7 @@ def record(event, args):  # every file this process opens
         opened.append(os.fsdecode(args[0]))
 sys.addaudithook(record)
 sys.path[:0] = PATH
-from grpokit.runtime import node_state, ports, ray_cluster
+from grpokit.runtime.processes import node_state, ports, ray_cluster
 port = int(sys.argv[1])
 out = {"uid": os.getuid()}
 try:
@@ -222,7 +222,8 @@ def _other_user_python(uid: int) -> tuple[str, list[str]] | None:
                 "--",
                 exe,
                 "-c",
-                f"import sys; sys.path[:0] = {[str(REPO / 'src'), site]!r}; import psutil, grpokit.runtime.ray_cluster",
+                f"import sys; sys.path[:0] = {[str(REPO / 'src'), site]!r}; "
+                "import psutil, grpokit.runtime.processes.ray_cluster",
             ],
             capture_output=True,
             text=True,

@@ -1,14 +1,14 @@
-"""The outcome of an attempt (grpokit.runtime.outcome.decide): the precedence table, without a job."""
+"""The outcome of an attempt (grpokit.runtime.decisions.outcome.decide): the precedence table, without a job."""
 
 from __future__ import annotations
 
 import pytest
 
-from grpokit.runtime.completion import Completion
-from grpokit.runtime.outcome import Exit, Happened, JobFailed, Outcome, decide
-from grpokit.runtime.ray_cluster import RayStartError
-from grpokit.runtime.sidecars import SidecarError
-from grpokit.runtime.stop_decision import StopDecision
+from grpokit.runtime.decisions.completion import Completion
+from grpokit.runtime.decisions.outcome import Exit, Happened, JobFailed, Outcome, decide
+from grpokit.runtime.decisions.stop_decision import StopDecision
+from grpokit.runtime.processes.ray_cluster import RayStartError
+from grpokit.runtime.processes.sidecars import SidecarError
 
 REQUEUE = StopDecision("requeued", "timeout", True, "time-limit warning")
 CANCEL = StopDecision("cancelled", "cancelled", False, "scancel")

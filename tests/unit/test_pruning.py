@@ -1,4 +1,4 @@
-"""The pruning rules (grpokit.runtime.pruning) as a table, the settings' errors, and the watcher."""
+"""The pruning rules (grpokit.runtime.processes.pruning) as a table, the settings' errors, and the watcher."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from grpokit.runtime import pruning
-from grpokit.runtime.pruning import PruningRules, check
+from grpokit.runtime.processes import pruning
+from grpokit.runtime.processes.pruning import PruningRules, check
 
 NAN = float("nan")
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from ray._private import ray_constants
 
-from grpokit.runtime import ray_cluster, ray_resources
-from grpokit.runtime.ray_resources import (
+from grpokit.runtime.processes import ray_cluster, ray_resources
+from grpokit.runtime.processes.ray_resources import (
     MIB,
     cgroup_memory_limit,
     job_memory_bytes,

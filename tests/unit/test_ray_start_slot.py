@@ -1,4 +1,4 @@
-"""One Ray start at a time on a node (grpokit.runtime.ray_cluster.start_slot): the node-local lock."""
+"""One Ray start at a time on a node (grpokit.runtime.processes.ray_cluster.start_slot): the node-local lock."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from grpokit.runtime import ray_cluster
+from grpokit.runtime.processes import ray_cluster
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from grpokit.evaluation import compare as evaluation
-from grpokit.runtime.ports import reserve_ports
+from grpokit.runtime.processes.ports import reserve_ports
 from grpokit.serving import vllm
 from grpokit.slurm.gpus import visible_gpus
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpokit.runtime import shared_fs
-from grpokit.runtime.resume_from import ResumeRefused, check_world_size
+from grpokit.runtime.decisions.resume_from import ResumeRefused, check_world_size
+from grpokit.runtime.processes import shared_fs
 
 
 def verl_checkpoint(ckpt: Path, step: int, world: int) -> None:
-    """A complete verl FSDP checkpoint (layout of verl 0.9.1, see grpokit.runtime.checkpoints)."""
+    """A complete verl FSDP checkpoint (layout of verl 0.9.1, see grpokit.runtime.decisions.checkpoints)."""
     actor = ckpt / f"global_step_{step}" / "actor"
     (actor / "huggingface").mkdir(parents=True)
     for rank in range(world):
@@ -55,7 +55,7 @@ def test_the_newest_complete_step_decides(tmp_path: Path):
 
 def _probe(path: Path, token: str, within: float = 0.5) -> dict:
     out = subprocess.run(
-        [sys.executable, "-m", "grpokit.runtime.shared_fs", str(path), token, f"--within={within}"],
+        [sys.executable, "-m", "grpokit.runtime.processes.shared_fs", str(path), token, f"--within={within}"],
         capture_output=True,
         text=True,
         check=True,

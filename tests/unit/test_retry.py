@@ -1,10 +1,10 @@
-"""The crash-retry decision (grpokit.runtime.retry.decide): its table, row by row."""
+"""The crash-retry decision (grpokit.runtime.decisions.retry.decide): its table, row by row."""
 
 from __future__ import annotations
 
 import pytest
 
-from grpokit.runtime.retry import crash_kind, decide
+from grpokit.runtime.decisions.retry import crash_kind, decide
 
 
 def crash(kind: str, *nodes: str, ended_by: str = "failed") -> dict:
@@ -148,8 +148,8 @@ def test_on_outcome_retries_a_ray_start_failure_and_keeps_its_reason(
     ended_by, state, reason, bare_point, tmp_path, monkeypatch
 ):
     from grpokit.run_folder import StatusFile
-    from grpokit.runtime import retry_job
-    from grpokit.runtime.outcome import Outcome
+    from grpokit.runtime.decisions.outcome import Outcome
+    from grpokit.runtime.processes import retry_job
 
     monkeypatch.setattr(retry_job, "partition_node_count", lambda: 3)
     spec = bare_point(tmp_path)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from grpokit.runtime import ports
+from grpokit.runtime.processes import ports
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def registry(tmp_path, monkeypatch) -> Path:
 _RESERVE = """
 import json, sys, time
 from pathlib import Path
-from grpokit.runtime import ports
+from grpokit.runtime.processes import ports
 start = float(sys.argv[1])
 ports.REGISTRY = Path(sys.argv[2])
 time.sleep(max(0.0, start - time.time()))  # every process asks at the same moment

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from grpokit.runtime import retry, retry_job
+from grpokit.runtime.decisions import retry
 from grpokit.runtime.parts import Host
-from grpokit.runtime.stop_inquiry import StopInquiry
+from grpokit.runtime.processes import retry_job
+from grpokit.runtime.processes.stop_inquiry import StopInquiry
 from grpokit.slurm import requeue, scancel
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""The stop decision table (grpokit.runtime.stop_decision) and the own-task Slurm id, without Slurm."""
+"""The stop decision table (grpokit.runtime.decisions.stop_decision) and the own-task Slurm id, without Slurm."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from grpokit.runtime.stop_decision import (
+from grpokit.runtime.decisions.stop_decision import (
     MIN_SAVE_BUDGET_S,
     TIMEOUT_MARGIN_S,
     StopRequest,

@@ -37,7 +37,7 @@ def test_a_point_that_failed_here_makes_the_command_exit_1_naming_it(tmp_path, c
         _point(tmp_path, "001_nogpu", "skipped_no_gpu"),
         _point(tmp_path, "002_bad", "failed"),
     ]
-    codes = [0, 0, 1]  # the drivers' exit statuses (grpokit.runtime.outcome.Exit)
+    codes = [0, 0, 1]  # the drivers' exit statuses (grpokit.runtime.decisions.outcome.Exit)
     assert stages.local_failures(specs, codes) == ["002_bad (failed)"]
     with pytest.raises(SystemExit) as exc:
         stages._exit_if_failed_here(specs, codes)

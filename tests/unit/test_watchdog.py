@@ -13,8 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from grpokit.runtime import watchdog
-from grpokit.runtime.watchdog import Hang, HangPolicy, Progress, Watchdog, decide
+from grpokit.runtime.processes import watchdog
+from grpokit.runtime.processes.watchdog import Hang, HangPolicy, Progress, Watchdog, decide
 
 POLICY = HangPolicy(floor_s=100, step_multiple=5, startup_s=1000)
 
@@ -95,7 +95,7 @@ def test_polls_are_rate_limited(tmp_path: Path):
 SLEEPER = """
 import sys, time
 sys.path.insert(0, {launch!r})
-from grpokit.runtime import watchdog
+from grpokit.runtime.processes import watchdog
 {install}
 def stuck_in_a_collective():
     print("ready", flush=True)
@@ -203,13 +203,13 @@ def test_the_node_side_dump_finds_the_jobs_ray_workers_by_the_heads_address(tmp_
         assert standin.stdout.readline().strip() == "ready"
         time.sleep(2.0)  # the actor's and the engine's interpreters start
         out = subprocess.run(
-            [sys.executable, "-m", "grpokit.runtime.watchdog", f"--ray-address={address}"],
+            [sys.executable, "-m", "grpokit.runtime.processes.watchdog", f"--ray-address={address}"],
             capture_output=True,
             text=True,
             timeout=45,
         ).stdout
         other = subprocess.run(
-            [sys.executable, "-m", "grpokit.runtime.watchdog", "--ray-address=10.0.0.1:1"],
+            [sys.executable, "-m", "grpokit.runtime.processes.watchdog", "--ray-address=10.0.0.1:1"],
             capture_output=True,
             text=True,
             timeout=45,

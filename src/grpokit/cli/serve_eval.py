@@ -61,9 +61,9 @@ def first_file(value: str | None) -> str | None:
 
 
 def free_ports(n: int) -> list[int]:
-    """Ports from the kit's node-wide registry (grpokit.runtime.ports), else bind-to-0 ports."""
+    """Ports from the kit's node-wide registry (grpokit.runtime.processes.ports), else bind-to-0 ports."""
     try:
-        from grpokit.runtime.ports import reserve_ports
+        from grpokit.runtime.processes.ports import reserve_ports
 
         return reserve_ports(n, host="127.0.0.1")
     except ImportError:  # pragma: no cover - the registry ships with the kit

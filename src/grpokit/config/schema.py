@@ -282,7 +282,7 @@ _REQUIRED_RULES = ("reward_stuck_steps", "reward_stuck_tol", "min_step")
 @dataclasses.dataclass(kw_only=True)
 class PruningRules(_Section):
     """``runtime.pruning.*``: the rules that stop a running point on RL failure signs in its metrics
-    (grpokit.runtime.pruning has the table of what each reads). A null rule is off.
+    (grpokit.runtime.processes.pruning has the table of what each reads). A null rule is off.
 
     Why non-finite values are on by default and the bounds are not: a NaN/inf loss or grad norm is
     never a healthy run (verl skips such an update and goes on, burning the allocation); a KL,
@@ -392,7 +392,7 @@ class RuntimeConf(_Section):
     # not bounded.
     max_timeout_requeues: int = 3
     # Automatic retries of a crashed point (its trainer exited non-zero by itself; time-outs and
-    # preemptions requeue by their own rules) since its last resubmission (grpokit.runtime.retry):
+    # preemptions requeue by their own rules) since its last resubmission (grpokit.runtime.decisions.retry):
     # each retry runs on other nodes than the crashes before it (Slurm's ExcNodeList) after
     # retry_backoff_s x 2^k seconds; the same crash (first error's class) twice on different nodes
     # stops retrying. 1: a crash on a bad node (GPU, NCCL) is retried once elsewhere for one
@@ -406,7 +406,7 @@ class RuntimeConf(_Section):
     # Slurm no longer knows and whose heartbeat is 6 beats (at least 10 s) old is decided from
     # evidence (grpokit.run_folder.liveness).
     heartbeat_s: float = 30
-    # No-progress watchdog (grpokit.runtime.watchdog; a trainer alive but writing no new step,
+    # No-progress watchdog (grpokit.runtime.processes.watchdog; a trainer alive but writing no new step,
     # verl#4709): past max(hang_floor_s, hang_step_multiple x the longest step time of the attempt)
     # without a new step in metrics.jsonl (hang_startup_s before the first step) the stacks of the
     # trainer's processes go to attempts/<k>/hang_stacks.txt, the trainer is stopped and the point
@@ -427,7 +427,7 @@ class RuntimeConf(_Section):
     # shell, else online. Without wandb among the loggers W&B is disabled.
     wandb_mode: str | None = None
     # Rules that stop a point on RL failure signs in its metrics (PruningRules,
-    # grpokit.runtime.pruning); null: every rule off.
+    # grpokit.runtime.processes.pruning); null: every rule off.
     pruning: PruningRules | None = dataclasses.field(default_factory=lambda: PruningRules())
     # Extra environment for the trainer and Ray workers (exported before Ray starts). A key set on
     # the command line is added to these (runtime.env.NAME=value); runtime.env={} drops them.
@@ -507,7 +507,7 @@ class RuntimeConf(_Section):
 
 @dataclasses.dataclass(kw_only=True)
 class SidecarConf(_Section):
-    """``sidecars.<name>``: one server the job starts next to the trainer (grpokit.runtime.sidecars).
+    """``sidecars.<name>``: one server the job starts next to the trainer (grpokit.runtime.processes.sidecars).
 
     ``kind: vllm`` is ``vllm serve``; ``kind: memory_server`` the kit's Mem-α memory server; any
     kind with a ``command`` runs that command instead (stand-ins in tests).

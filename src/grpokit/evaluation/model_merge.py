@@ -15,7 +15,7 @@ from pathlib import Path
 from grpokit.paths import kit_command
 from grpokit.run_folder.layout import CHECKPOINTS, HF_DIR
 from grpokit.run_folder.status_file import read_status
-from grpokit.runtime.checkpoints import CheckpointInfo, inspect_checkpoint, list_checkpoints
+from grpokit.runtime.decisions.checkpoints import CheckpointInfo, inspect_checkpoint, list_checkpoints
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ depends on:
   chat-templated token count exceeds ``data.max_prompt_length``, as verl's ``RLHFDataset`` does, over
   ``train_batch_size``, last partial batch dropped), printed as ``Total training steps: N``; when the
   data runs out before that step, the loop ends without its last step (no final save) and exits 0, as verl's does;
-- the kit's checkpoint-on-demand hook (``grpokit.runtime.verl_hooks``): at the start of a step,
+- the kit's checkpoint-on-demand hook (``grpokit.runtime.processes.verl_hooks``): at the start of a step,
   when the driver's save request exists, save the last completed step and stop (exit 1, as verl
   does when the hook raises);
 - SIGTERM: default action (dies), as verl's main process does.

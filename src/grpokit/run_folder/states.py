@@ -49,6 +49,6 @@ class EndedBy(StrEnum):
     NO_FINAL_CHECKPOINT = "no_final_checkpoint"
     INVALID = "invalid"
     HUNG = "hung"
-    PRUNED = "pruned"  # a runtime.pruning rule fired (grpokit.runtime.pruning)
+    PRUNED = "pruned"  # a runtime.pruning rule fired (grpokit.runtime.processes.pruning)
     DISK_FULL = "disk_full"  # a full (or over-quota) run or checkpoint folder: no other node can fix it
     KILLED = "killed"  # the attempt never closed: found open by the next start (SIGKILL, node failure)

@@ -9,18 +9,18 @@ One attempt is a lifecycle, :meth:`Driver.run`:
   checked and repaired for resume and the sidecars and the job's own Ray start;
 - :meth:`Driver.train`: the trainer under supervision (sidecars, Ray, hang watchdog, pruning);
 - :meth:`Driver.close`, in ``finally``: stops everything the attempt started, decides its one
-  immutable :class:`~grpokit.runtime.outcome.Outcome` (:func:`grpokit.runtime.outcome.decide`),
+  immutable :class:`~grpokit.runtime.decisions.outcome.Outcome` (:func:`grpokit.runtime.decisions.outcome.decide`),
   writes the final ``status.json`` and requeues the task when that was decided.
 
 How an attempt ends:
 
 - trainer exits 0 at its target step with a final checkpoint -> ``completed``; exits 0 short of
   it or without that checkpoint -> ``failed`` (``early_exit`` / ``no_final_checkpoint``,
-  :mod:`grpokit.runtime.completion`);
+  :mod:`grpokit.runtime.decisions.completion`);
 - USR2 (Slurm's warning before the time limit, or a preemption with a user signal) -> the trainer
   checkpoints at its next step boundary, then the job requeues itself (``scontrol requeue``; a
   bounded number of times for time limits, unbounded for preemptions) -> ``requeued``
-  (:mod:`grpokit.runtime.stop_decision`);
+  (:mod:`grpokit.runtime.decisions.stop_decision`);
 - SIGTERM (preemption without a user signal, scancel) -> same request, a short grace, stop;
 - a sidecar or Ray dies -> the trainer is stopped -> ``failed`` naming the component;
 - no CUDA GPU and ``runtime.needs_gpu`` -> every stage but training -> ``skipped_no_gpu``.
@@ -55,34 +55,25 @@ from grpokit.run_folder import (
     write_json_atomic,
 )
 from grpokit.run_folder.metrics import read_jsonl, write_merged
-from grpokit.runtime import (
-    checkpoints,
-    compile_cache,
-    completion,
-    control,
-    disk_full,
+from grpokit.runtime import compile_cache, control, startup, trackers, trainer_env
+from grpokit.runtime.decisions import checkpoints, completion, disk_full, resubmission, retry, stop_decision
+from grpokit.runtime.decisions.first_error import first_error_in_file
+from grpokit.runtime.decisions.outcome import Exit, Happened, JobFailed, Outcome, decide
+from grpokit.runtime.decisions.resume_from import ResumeRefused, check_world_size, prepare_resume
+from grpokit.runtime.job_log import JobLog
+from grpokit.runtime.parts import Parts, Trainer
+from grpokit.runtime.processes import (
     kernels,
     pruning,
     ray_cluster,
     ray_resources,
-    resubmission,
-    retry,
     retry_job,
     shared_fs,
-    startup,
-    stop_decision,
     stop_inquiry,
-    trackers,
     trainer,
-    trainer_env,
     watchdog,
 )
-from grpokit.runtime.first_error import first_error_in_file
-from grpokit.runtime.job_log import JobLog
-from grpokit.runtime.outcome import Exit, Happened, JobFailed, Outcome, decide
-from grpokit.runtime.parts import Parts, Trainer
-from grpokit.runtime.resume_from import ResumeRefused, check_world_size, prepare_resume
-from grpokit.runtime.sidecars import SidecarError
+from grpokit.runtime.processes.sidecars import SidecarError
 from grpokit.validate import gpu_plan
 
 log = logging.getLogger(__name__)
@@ -133,7 +124,7 @@ class Driver:
 
     # -- the lifecycle -----------------------------------------------------------------------------
     def run(self) -> int:
-        """Run one attempt; returns the process exit status (:class:`~grpokit.runtime.outcome.Exit`)."""
+        """Run one attempt; returns the process exit status (:class:`~grpokit.runtime.decisions.outcome.Exit`)."""
         self.status = StatusFile(self.run_dir)
         if self._nothing_to_do():
             return Exit.OK.code
@@ -257,7 +248,7 @@ class Driver:
         rc = self._supervise_trainer(cmd, env)
         done = None
         if rc == 0:
-            # completed = target step reached with a final checkpoint (runtime/completion.py)
+            # completed = target step reached with a final checkpoint (runtime/decisions/completion.py)
             done = completion.judge_attempt(self.spec, self.attempt_dir, _last_step(self.attempt_dir))
         verdict = pruning.recorded(self.ctl)
         saved = control.saved_marker(self.ctl)
@@ -361,7 +352,7 @@ class Driver:
 
     def _on_signal(self, signum, _frame) -> None:
         """The stop signals' handler: records the signal and the clock and writes the save request
-        (a plain file write); Slurm is asked on the inquiry's thread (:mod:`grpokit.runtime.stop_inquiry`),
+        (a plain file write); Slurm is asked on the inquiry's thread (:mod:`grpokit.runtime.processes.stop_inquiry`),
         never here."""
         if self.stop_signal is not None:
             return
@@ -493,8 +484,9 @@ class Driver:
     def _supervise_trainer(self, cmd: list[str], env: dict[str, str]) -> int:
         """Start the trainer and watch it until it exits; returns its exit status.
 
-        After a stop signal the trainer gets the save budget (:class:`~grpokit.runtime.stop_decision.StopRequest`)
-        to checkpoint and exit; past its deadline it is stopped.
+        After a stop signal the trainer gets the save budget
+        (:class:`~grpokit.runtime.decisions.stop_decision.StopRequest`) to checkpoint and exit;
+        past its deadline it is stopped.
         """
         attempt_dir = self.attempt_dir
         self.trainer = proc = self.parts.start_trainer(
@@ -631,7 +623,7 @@ class Driver:
         return stop_decision.count_timeouts(self.status.data["attempts"], self.status.data.get("resubmission"))
 
     def _decide(self, happened: Happened) -> Outcome:
-        """The outcome (:func:`grpokit.runtime.outcome.decide`), with the stop decision when a
+        """The outcome (:func:`grpokit.runtime.decisions.outcome.decide`), with the stop decision when a
         stop signal came; a failure to decide is itself a ``failed`` outcome."""
         try:
             stop = None
@@ -708,7 +700,7 @@ def _last_step(attempt_dir: Path) -> int | None:
 
 def run_point(spec: PointSpec | dict | str, parts: Parts | None = None) -> int:
     """Run one attempt of a point (a :class:`PointSpec`, its dict, or its JSON) in this process;
-    returns the exit status (:class:`~grpokit.runtime.outcome.Exit`)."""
+    returns the exit status (:class:`~grpokit.runtime.decisions.outcome.Exit`)."""
     if isinstance(spec, str):
         spec = PointSpec.from_json(spec)
     elif isinstance(spec, dict):

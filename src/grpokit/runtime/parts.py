@@ -19,8 +19,8 @@ from typing import Any, Protocol
 
 from grpokit import procs
 from grpokit.config.point import PointSpec
-from grpokit.runtime import environment, ray_cluster, sidecars, signal_relay
-from grpokit.runtime.ports import release_ports
+from grpokit.runtime.processes import environment, ray_cluster, sidecars, signal_relay
+from grpokit.runtime.processes.ports import release_ports
 from grpokit.slurm import gpus, nodes, requeue, stop_view, task, time_left
 from grpokit.validate import validate_point
 
@@ -59,7 +59,7 @@ class TrainerProcess:
 
 
 class Host:
-    """This node and Slurm's view of this task (:mod:`grpokit.slurm`, :mod:`grpokit.runtime.environment`).
+    """This node and Slurm's view of this task (:mod:`grpokit.slurm`, :mod:`grpokit.runtime.processes.environment`).
 
     Every method is what a job needs from the machine; a test subclass answers as a Slurm task
     would (time left, preemption) without Slurm.
@@ -123,9 +123,9 @@ class Parts:
 
     validate: ``(spec) -> (verl config | None, problems)`` (:func:`grpokit.validate.validate_point`).
     start_ray: ``(**kwargs) -> cluster`` with ``address``, ``nodes``, ``head.pid``, ``alive()``,
-        ``endpoints()``, ``stop(grace_s)`` (:func:`grpokit.runtime.ray_cluster.start_cluster`).
+        ``endpoints()``, ``stop(grace_s)`` (:func:`grpokit.runtime.processes.ray_cluster.start_cluster`).
     sidecars: ``plan_sidecars``, ``client_env``, ``start``, ``wait_ready``, ``stop`` as in
-        :mod:`grpokit.runtime.sidecars` (the module itself by default).
+        :mod:`grpokit.runtime.processes.sidecars` (the module itself by default).
     start_trainer: ``(cmd, log_path, *, env, cwd) -> Trainer`` (:class:`TrainerProcess`).
     host: :class:`Host`. clock: seconds, for the save deadline (``time.monotonic``).
     poll_s: how often the driver checks the trainer, the sidecars and Ray (s).

@@ -1,6 +1,6 @@
 """``vllm serve``: its command line, its API key, the readiness wait and the stop: the one copy.
 
-Used by the job's sidecars (:mod:`grpokit.runtime.sidecars`, ``sidecars.<name>.kind: vllm``) and
+Used by the job's sidecars (:mod:`grpokit.runtime.processes.sidecars`, ``sidecars.<name>.kind: vllm``) and
 by ``grpokit serve-eval``. The readiness wait and the stop serve any of the kit's HTTP servers
 (the memory server answers the same ``Authorization: Bearer`` check).
 

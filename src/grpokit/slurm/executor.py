@@ -72,8 +72,8 @@ def executor_parameters(cluster: Any, *, name: str, num_points: int) -> dict[str
     trap keeps it alive while the driver stops in order (with the point in an ``srun`` step,
     ``srun`` answers Slurm's SIGTERM by SIGKILLing the step, so no driver could ever record a
     cancellation or a preemption). ``scancel --signal=USR2 <array>_<task>`` without ``--batch``
-    signals the job steps only: the driver's relay step (:mod:`grpokit.runtime.signal_relay`)
-    passes it on, and the Ray worker step ignores it (:mod:`grpokit.runtime.ray_worker`).
+    signals the job steps only: the driver's relay step (:mod:`grpokit.runtime.processes.signal_relay`)
+    passes it on, and the Ray worker step ignores it (:mod:`grpokit.runtime.processes.ray_worker`).
     The kit's ``signal`` wins over one in ``additional_parameters``: the driver only acts on USR2.
     """
     lead_s = int(cluster.signal_delay_s)

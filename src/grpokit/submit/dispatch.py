@@ -47,7 +47,7 @@ def check_picklable(specs: list[PointSpec]) -> None:
 def write_dry_run(sweep_dir: Path, specs: list[PointSpec], cluster: dict[str, Any], note: str = "") -> Path:
     """``dry_run.md``: per point, the verl command line and the Slurm request."""
     from grpokit.config.explicit import data_caps
-    from grpokit.runtime import trainer
+    from grpokit.runtime.processes import trainer
     from grpokit.submit.arrays import dry_run_section
 
     lines = [f"# Dry run of sweep {specs[0].sweep_name}: {len(specs)} point(s){note}, nothing submitted", ""]
@@ -90,7 +90,7 @@ def arrays_phrase(job_ids: list[str | None]) -> str:
 def run_local(specs: list[PointSpec]) -> list[int]:
     """Run points one after another on this machine (a workstation's GPU holds one at a time).
 
-    Returns each point's driver exit status (:class:`grpokit.runtime.outcome.Exit`: 0 for
+    Returns each point's driver exit status (:class:`grpokit.runtime.decisions.outcome.Exit`: 0 for
     completed, skipped_no_gpu, stopped with a checkpoint; 1 for failed or cancelled)."""
     codes = []
     for spec in specs:

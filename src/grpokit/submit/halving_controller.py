@@ -35,7 +35,7 @@ from grpokit.run_folder.claim import open_existing
 from grpokit.run_folder.halving_record import HalvingPlan, HalvingRecord, HalvingStage, read_halving, write_halving
 from grpokit.run_folder.layout import HALVING
 from grpokit.run_folder.manifest import read_manifest, replace_job_ids
-from grpokit.runtime import resubmission
+from grpokit.runtime.decisions import resubmission
 from grpokit.slurm.cluster import run_slurm
 from grpokit.submit import arrays
 from grpokit.submit import halving as rules

@@ -19,7 +19,7 @@ from grpokit.run_folder.claim import Claim, folder_state, open_existing
 from grpokit.run_folder.manifest import ManifestPoint, read_manifest, replace_job_ids
 from grpokit.run_folder.point_state import RESUBMITTABLE_STATES, point_state
 from grpokit.run_folder.sweep_reader import load_sweep
-from grpokit.runtime import resubmission
+from grpokit.runtime.decisions import resubmission
 from grpokit.slurm.job_states import job_states
 from grpokit.submit.dispatch import run_local, submit_slurm
 

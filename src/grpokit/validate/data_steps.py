@@ -6,7 +6,7 @@ over its train dataloader and returns when the data runs out, even when
 (``drop_last=True``). So a point can take at most ``floor(S / train_batch_size) * total_epochs``
 steps, where S is the number of training rows it loads: ``data.train_max_samples`` when that is set
 (>0), else the rows of ``data.train_files``. Such a point would train on the GPUs to the end of
-its data and end ``failed`` (``early_exit``, :mod:`grpokit.runtime.completion`). verl also drops
+its data and end ``failed`` (``early_exit``, :mod:`grpokit.runtime.decisions.completion`). verl also drops
 prompts longer than ``data.max_prompt_length`` (``filter_overlong_prompts``), which only lowers
 S: the check uses the upper bound, so it never refuses a point that would have had enough data.
 

@@ -137,7 +137,7 @@ def check_runtime(spec: PointSpec) -> list[Problem]:
     (:meth:`grpokit.config.schema.RuntimeConf.problems`), pruning rules, W&B's mode."""
     runtime = RuntimeConf.of(spec.runtime)
     problems = runtime.problems(spec.name)
-    try:  # the job's pruning watcher reads these (grpokit.runtime.pruning)
+    try:  # the job's pruning watcher reads these (grpokit.runtime.processes.pruning)
         PruningRules.from_runtime(runtime)
     except ValueError as exc:
         key, _, what = str(exc).partition(" ")

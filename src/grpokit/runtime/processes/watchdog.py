@@ -325,7 +325,9 @@ def local_targets(trainer_pid: int, ray_pid: int | None) -> list[tuple[str, int]
 
 def remote_dump_command(node: str, address: str, stacks_dir: Path) -> list[str]:
     """``srun`` command that prints the stacks of this job's Ray workers on another node."""
-    return srun_step([node], "grpokit.runtime.watchdog", f"--ray-address={address}", f"--stacks-dir={stacks_dir}")
+    return srun_step(
+        [node], "grpokit.runtime.processes.watchdog", f"--ray-address={address}", f"--stacks-dir={stacks_dir}"
+    )
 
 
 def write_stacks_file(
@@ -388,7 +390,7 @@ def _find_ray_start(address: str) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m grpokit.runtime.watchdog --ray-address A``: print the stacks of the job's Ray
+    """``python -m grpokit.runtime.processes.watchdog --ray-address A``: print the stacks of the job's Ray
     workers on this node (run by the driver through ``srun --overlap`` on the other nodes)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--ray-address", required=True)

@@ -9,16 +9,16 @@ from pathlib import Path
 from grpokit.config.point import PointSpec
 from grpokit.run_folder.layout import AttemptFolder
 from grpokit.runtime import control
-from grpokit.runtime.kernels import kernel_overrides
-from grpokit.runtime.verl_hooks import SETUP_HOOK
+from grpokit.runtime.processes.kernels import kernel_overrides
+from grpokit.runtime.processes.verl_hooks import SETUP_HOOK
 
 
 def command(spec: PointSpec, extra_overrides: list[str]) -> list[str]:
     """``runtime.trainer_cmd`` (default ``python -m verl.trainer.main_ppo``) plus the overrides.
 
     ``python`` as the first word means this interpreter. The job adds the Ray setup hook (the
-    kit's checkpoint-on-demand, :mod:`grpokit.runtime.verl_hooks`), the node's kernel choices
-    (:func:`grpokit.runtime.kernels.kernel_overrides`) and any sidecar URLs.
+    kit's checkpoint-on-demand, :mod:`grpokit.runtime.processes.verl_hooks`), the node's kernel choices
+    (:func:`grpokit.runtime.processes.kernels.kernel_overrides`) and any sidecar URLs.
     """
     base = list(spec.runtime.trainer_cmd)
     if base[0] == "python":
@@ -38,7 +38,7 @@ def environment(run_dir: Path, attempt_dir: Path) -> dict[str, str]:
         "TENSORBOARD_DIR": str(AttemptFolder(attempt_dir).tensorboard),
         control.ENV: str(control.control_dir(run_dir)),
         "GRPOKIT_RUN_DIR": str(run_dir),
-        # the kit's faulthandler files in verl's Ray workers (grpokit.runtime.watchdog, hang stacks)
+        # the kit's faulthandler files in verl's Ray workers (grpokit.runtime.processes.watchdog, hang stacks)
         "GRPOKIT_STACKS_DIR": str(AttemptFolder(attempt_dir).stacks),
         "PYTHONUNBUFFERED": "1",
     }

@@ -1,7 +1,7 @@
 """The job's own Ray cluster: one head on the job's first node, one worker per other node.
 
 Failure modes this avoids (docs/field-failures.md): two heads on one node fighting over fixed ports
-(ray#10154, ports come from :mod:`grpokit.runtime.ports`); ``ray stop`` killing another job's Ray
+(ray#10154, ports come from :mod:`grpokit.runtime.processes.ports`); ``ray stop`` killing another job's Ray
 (ray#43449, only this job's process trees are stopped); joining a stale cluster found in
 ``/tmp/ray`` (the address is pinned with ``RAY_ADDRESS``); every host name in the head variable
 (verl#548, the head is the first host of ``scontrol show hostnames``); Ray guessing CPUs inside a
@@ -31,14 +31,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from grpokit import procs
-from grpokit.runtime import node_state, ports
+from grpokit.runtime.decisions.start_errors import RayStartError, RayStartInterrupted
+from grpokit.runtime.processes import node_state, ports
 from grpokit.slurm.nodes import srun_step
 from grpokit.slurm.task import JobEnv
 
 log = logging.getLogger(__name__)
 
 #: Ray worker processes each take one port of this block; its size comes from the node's CPUs
-#: (:func:`grpokit.runtime.ray_resources.worker_port_count`), this is the default.
+#: (:func:`grpokit.runtime.processes.ray_resources.worker_port_count`), this is the default.
 WORKER_PORT_BLOCK = 200
 _PORT_NAMES = (
     "gcs",
@@ -51,14 +52,6 @@ _PORT_NAMES = (
     "runtime_env_agent",
     "dashboard",
 )
-
-
-class RayStartError(RuntimeError):
-    """Ray did not come up: names the component and carries the tail of its log."""
-
-
-class RayStartInterrupted(RayStartError):
-    """The start was given up because the job is stopping (a stop signal arrived meanwhile)."""
 
 
 def short_temp_dir() -> Path:
@@ -181,7 +174,7 @@ class RayCluster:
         """Stop this cluster's processes only (never ``ray stop``, which is node-wide).
 
         The workers first, by SIGUSR1 to their ``srun``, which passes it on to
-        :mod:`grpokit.runtime.ray_worker` (on SIGTERM ``srun`` SIGKILLs its step at once, and the
+        :mod:`grpokit.runtime.processes.ray_worker` (on SIGTERM ``srun`` SIGKILLs its step at once, and the
         worker could not stop Ray and remove its temp dir); whatever is left after ``grace_s`` is
         stopped like the head: SIGTERM, then SIGKILL.
         """
@@ -265,7 +258,7 @@ def start_cluster(**kwargs) -> RayCluster:
 
 
 #: The start lock file when set (``GRPOKIT_RAY_START_LOCK``, tests); else ``ray-start.lock`` in this
-#: user's private node state folder (:mod:`grpokit.runtime.node_state`).
+#: user's private node state folder (:mod:`grpokit.runtime.processes.node_state`).
 START_LOCK: Path | None = (
     Path(os.environ["GRPOKIT_RAY_START_LOCK"]) if os.environ.get("GRPOKIT_RAY_START_LOCK") else None
 )
@@ -381,7 +374,7 @@ def start_cluster_once(
         multi_node_host: this node's address that the other nodes reach (several nodes only).
         timeout_s: deadline for every node and its GPUs to register.
         object_store_bytes: ``--object-store-memory`` of every node (None: Ray's own default),
-            sized from the job's memory by :mod:`grpokit.runtime.ray_resources`.
+            sized from the job's memory by :mod:`grpokit.runtime.processes.ray_resources`.
         worker_ports: size of each node's worker port range.
         stop_requested: polled while waiting; when it turns true the start is given up
             (:class:`RayStartInterrupted`), since the job is stopping anyway.
@@ -441,7 +434,7 @@ def start_cluster_once(
         for node in nodes[1:]:
             worker_cmd = srun_step(
                 [node],
-                "grpokit.runtime.ray_worker",
+                "grpokit.runtime.processes.ray_worker",
                 f"--address={address}",
                 f"--num-cpus={num_cpus}",
                 f"--num-gpus={num_gpus}",
@@ -493,7 +486,7 @@ def wait_ready(
     probe = [
         sys.executable,
         "-m",
-        "grpokit.runtime.ray_probe",
+        "grpokit.runtime.processes.ray_probe",
         f"--address={cluster.address}",
         f"--nodes={len(cluster.nodes)}",
         f"--gpus-per-node={num_gpus}",
@@ -551,11 +544,11 @@ def start_failure(nodes: list[str], index: int, log_dir: Path, what: str, fallba
 
     Its first line: ``Ray head did not start on <node> <what>: <first real error>``, the first
     error being the exception line of the first traceback in the node's log
-    (:mod:`grpokit.runtime.first_error`), else ``fallback``, else the log's last line; then the
+    (:mod:`grpokit.runtime.decisions.first_error`), else ``fallback``, else the log's last line; then the
     last lines of that log (kept in the message: :func:`start_cluster` reads Ray's own overload
     time-out there).
     """
-    from grpokit.runtime.first_error import first_error_in_file
+    from grpokit.runtime.decisions.first_error import first_error_in_file
 
     node = nodes[index] if index < len(nodes) else "?"
     which = "head" if index == 0 else "worker"

@@ -2,7 +2,7 @@
 
 The driver records what happened in an attempt (:class:`Happened`: the error that ended it, whether
 the trainer started and how it exited, its completion judgement, a pruning verdict) and, when a
-stop signal came, the stop decision (:mod:`grpokit.runtime.stop_decision`). :func:`decide` turns
+stop signal came, the stop decision (:mod:`grpokit.runtime.decisions.stop_decision`). :func:`decide` turns
 them into the outcome that ``status.json`` records and the driver process exits with. The first
 row that matches wins:
 
@@ -38,11 +38,10 @@ import enum
 from pathlib import Path
 
 from grpokit import procs
-from grpokit.runtime.completion import Completion
-from grpokit.runtime.first_error import first_error_in_file
-from grpokit.runtime.ray_cluster import RayStartError
-from grpokit.runtime.sidecars import SidecarError
-from grpokit.runtime.stop_decision import StopDecision
+from grpokit.runtime.decisions.completion import Completion
+from grpokit.runtime.decisions.first_error import first_error_in_file
+from grpokit.runtime.decisions.start_errors import RayStartError, SidecarError
+from grpokit.runtime.decisions.stop_decision import StopDecision
 
 
 class Exit(enum.Enum):
@@ -115,7 +114,7 @@ class Happened:
     verdict's reason. saved_step: the step the trainer checkpointed on the save request.
     trainer_log, verl_cmd: the attempt's ``trainer.log`` and the run's ``verl_cmd.sh``, for reasons.
     disk_full: ``disk full writing <path>`` when a folder the attempt writes to is full
-    (:func:`grpokit.runtime.disk_full.cause`).
+    (:func:`grpokit.runtime.decisions.disk_full.cause`).
     """
 
     error: BaseException | None = None

@@ -1,7 +1,7 @@
-"""``python -m grpokit.runtime.ray_worker``: join this job's Ray head from another node.
+"""``python -m grpokit.runtime.processes.ray_worker``: join this job's Ray head from another node.
 
 Started by the driver through ``srun --overlap`` on each node after the first. It reserves this
-node's ports (see :mod:`grpokit.runtime.ports`), runs ``ray start --block`` as its child and stays
+node's ports (see :mod:`grpokit.runtime.processes.ports`), runs ``ray start --block`` as its child and stays
 its parent, so that the reservation lives as long as the Ray worker and the worker's leftovers are
 cleared when it ends:
 
@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 
 from grpokit import procs
-from grpokit.runtime.ports import release_ports
-from grpokit.runtime.ray_cluster import (
+from grpokit.runtime.processes.ports import release_ports
+from grpokit.runtime.processes.ray_cluster import (
     WORKER_PORT_BLOCK,
     port_args,
     ray_cli,

@@ -2,7 +2,7 @@
 
 verl's ``resume_mode=auto`` trusts ``latest_checkpointed_iteration.txt``. A job killed during a
 save can leave that tracker pointing at a partial or missing ``global_step_N``; here the newest
-*complete* step (:mod:`grpokit.runtime.checkpoints`: every file present, with its size recorded at
+*complete* step (:mod:`grpokit.runtime.decisions.checkpoints`: every file present, with its size recorded at
 save time or an intact header) becomes the tracker's value, partial or damaged folders are moved
 aside (kept, renamed ``*.incomplete-<time>``) so verl never loads them, and old complete steps
 beyond ``max_actor_ckpt_to_keep`` are pruned across attempts (verl prunes only what the current
@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 
 from grpokit.run_folder import now
-from grpokit.runtime.checkpoints import TRACKER_FILE, latest_complete, list_checkpoints, read_tracker
+from grpokit.runtime.decisions.checkpoints import TRACKER_FILE, latest_complete, list_checkpoints, read_tracker
 
 log = logging.getLogger(__name__)
 

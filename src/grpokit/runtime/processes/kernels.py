@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 
 from grpokit.config.point import PointSpec
-from grpokit.runtime.outcome import JobFailed
+from grpokit.runtime.decisions.outcome import JobFailed
 from grpokit.slurm import gpus
 
 GDN_BACKEND_KEY = "actor_rollout_ref.rollout.engine_kwargs.vllm.additional_config.gdn_prefill_backend"
@@ -100,7 +100,7 @@ def fla_problem(
 
 
 def check_node(spec: PointSpec, *, fla: str | None = "check") -> None:
-    """Before the trainer starts: raise :class:`~grpokit.runtime.outcome.JobFailed` with
+    """Before the trainer starts: raise :class:`~grpokit.runtime.decisions.outcome.JobFailed` with
     :func:`fla_problem`'s line when the point's model has linear-attention layers and this node's
     flash-linear-attention cannot train them (`fla`: that line, or ``"check"`` to ask
     :func:`fla_problem`, or None to skip)."""

@@ -2,13 +2,13 @@
 
 Random ports collide when many jobs start at once (NeMo-Skills#1484) and two ``ray start --head``
 on one node fight over 6379 (ray#10154). Here every reservation of one user's jobs goes through one
-node-local lock file in the user's private folder (:mod:`grpokit.runtime.node_state`): under the
+node-local lock file in the user's private folder (:mod:`grpokit.runtime.processes.node_state`): under the
 lock, ports held by live reservations are skipped and each candidate is bind-tested; the
 reservation (owner pid and ports) is written before the lock is released, and it lapses when its
 owner process dies. Other users' jobs keep their own registries, which no user can read or change
 for another: their ports are proven taken by the bind test alone (a port another user reserved but
 has not bound yet can still be chosen; Ray's start then fails on it and is tried again with fresh
-ports, :func:`grpokit.runtime.ray_cluster.start_cluster`).
+ports, :func:`grpokit.runtime.processes.ray_cluster.start_cluster`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psutil
 
-from grpokit.runtime import node_state
+from grpokit.runtime.processes import node_state
 
 #: The registry file when set (``GRPOKIT_PORT_REGISTRY``, tests); else ``ports.json`` in this user's
 #: private node state folder (:func:`registry_path`).

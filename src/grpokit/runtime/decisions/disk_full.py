@@ -5,7 +5,7 @@ can fix: those folders are on a shared file system. The trainer's own error is o
 (torch's ``RuntimeError: basic_ios::clear: iostream error`` when a shard cannot be written), so
 the driver also looks at the free space of the folders it writes to. :func:`cause` is pure: the
 error lines and the free bytes in, ``disk full writing <path>`` (or None) out. The attempt then
-ends ``failed`` with ``ended_by: disk_full``, which :mod:`grpokit.runtime.retry` does not retry.
+ends ``failed`` with ``ended_by: disk_full``, which :mod:`grpokit.runtime.decisions.retry` does not retry.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ and under ``fs.protected_regular`` (systemd's default) a second user's ``open(O_
 user's file in sticky ``/tmp`` is refused, so their job failed. Now each user has
 ``/tmp/grpokit-<uid>`` (mode 0700, checked to be a real folder owned by the user), so nothing
 another user can write decides a job; what other users' jobs hold on the node is seen by binding
-(:func:`grpokit.runtime.ports.reserve_ports` bind-tests every port).
+(:func:`grpokit.runtime.processes.ports.reserve_ports` bind-tests every port).
 
 ``$XDG_RUNTIME_DIR`` is not used: Slurm exports the submitting shell's value, a folder that often
 does not exist on the compute node, and all of a user's jobs on a node must agree on one path.

@@ -7,7 +7,7 @@ local NVMe scratch, a per-node ``$TMPDIR``), each node keeps only its own ranks'
 ever holds a complete checkpoint, so every requeue sets all steps aside and training silently
 restarts from step 0. A job on several nodes therefore checks, before the trainer starts and
 before the folder is touched: the driver writes a token file on its node and every other node
-reads it back through ``srun --overlap`` (``python -m grpokit.runtime.shared_fs``).
+reads it back through ``srun --overlap`` (``python -m grpokit.runtime.processes.shared_fs``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ _MARK = "GRPOKIT_SHARED_FS "
 
 def probe_command(others: list[str], path: Path, token: str, within_s: float) -> list[str]:
     """``srun`` running the check once on each node of ``others`` (inside the job's allocation)."""
-    return srun_step(others, "grpokit.runtime.shared_fs", str(path), token, f"--within={within_s:g}")
+    return srun_step(others, "grpokit.runtime.processes.shared_fs", str(path), token, f"--within={within_s:g}")
 
 
 def unshared_nodes(folder: Path, others: list[str], within_s: float = VISIBLE_WITHIN_S) -> dict[str, str] | None:
@@ -98,7 +98,7 @@ def _check(path: Path, token: str, within_s: float) -> tuple[bool, str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m grpokit.runtime.shared_fs <token file> <token> [--within S]``: one line of JSON."""
+    """``python -m grpokit.runtime.processes.shared_fs <token file> <token> [--within S]``: one line of JSON."""
     parser = argparse.ArgumentParser()
     parser.add_argument("path", type=Path)
     parser.add_argument("token")

@@ -21,11 +21,11 @@ import sys
 from pathlib import Path
 
 from grpokit.runtime import control
-from grpokit.runtime.watchdog import install_stack_handler
+from grpokit.runtime.processes.watchdog import install_stack_handler
 
 log = logging.getLogger(__name__)
 TARGET = "verl.trainer.ppo.v1.trainer_base"
-SETUP_HOOK = "grpokit.runtime.verl_hooks.setup_worker"
+SETUP_HOOK = "grpokit.runtime.processes.verl_hooks.setup_worker"
 
 
 class StopForRequeue(RuntimeError):
@@ -89,7 +89,8 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
 def setup_worker() -> None:
     """Ray ``worker_process_setup_hook``: arm the patch in this worker (no-op without a control dir);
-    install the stack dump the hang watchdog asks for (:func:`grpokit.runtime.watchdog.install_stack_handler`)."""
+    install the stack dump the hang watchdog asks for
+    (:func:`grpokit.runtime.processes.watchdog.install_stack_handler`)."""
     install_stack_handler()
     if not os.environ.get(control.ENV):
         return

@@ -5,10 +5,10 @@ thread was. The handler records only the signal and the clock (:meth:`StopInquir
 assignments and an ``Event.set``); this module's thread, started when the handlers are installed,
 then asks Slurm at once (``squeue`` for this task's own time left, ``scontrol`` for a preemption or
 a requeue, :class:`grpokit.runtime.parts.Host`, each bounded by its own time-out) while the trainer
-checkpoints, and completes the :class:`~grpokit.runtime.stop_decision.StopRequest`.
+checkpoints, and completes the :class:`~grpokit.runtime.decisions.stop_decision.StopRequest`.
 
 - Until Slurm answers, :meth:`StopInquiry.current` is the request with Slurm's answers unknown: its
-  save deadline is the one :func:`~grpokit.runtime.stop_decision.save_budget_s` gives without a time
+  save deadline is the one :func:`~grpokit.runtime.decisions.stop_decision.save_budget_s` gives without a time
   left (never shorter than the final one), so a trainer that ignores the request is still stopped.
 - :meth:`StopInquiry.complete` waits for the answers (at most :data:`ANSWER_WAIT_S`) before the stop
   decision uses them: what Slurm said right after the signal, not after the save.
@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from grpokit.runtime.stop_decision import StopRequest, save_budget_s
+from grpokit.runtime.decisions.stop_decision import StopRequest, save_budget_s
 from grpokit.slurm.stop_view import SlurmStopView
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ class StopInquiry:
 
     host: asked for ``time_left_s()``, ``stop_view()`` and ``task_id()`` (:class:`~grpokit.runtime.parts.Host`).
     save_deadline_s, grace_s: ``runtime.save_deadline_s`` and ``runtime.kill_grace_s`` (s), for
-    :func:`~grpokit.runtime.stop_decision.save_budget_s`.
+    :func:`~grpokit.runtime.decisions.stop_decision.save_budget_s`.
     """
 
     def __init__(self, host: Any, *, save_deadline_s: float, grace_s: float):

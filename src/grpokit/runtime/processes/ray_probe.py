@@ -1,4 +1,4 @@
-"""``python -m grpokit.runtime.ray_probe``: wait until a Ray cluster has all its nodes and GPUs.
+"""``python -m grpokit.runtime.processes.ray_probe``: wait until a Ray cluster has all its nodes and GPUs.
 
 Prints one JSON line ``{"nodes": N, "cpus": C, "gpus": G, "seconds": S}`` and exits 0 when the
 cluster has ``--nodes`` alive nodes each with ``--gpus-per-node`` GPUs; exits 2 at the deadline.

@@ -1,7 +1,8 @@
-"""The job's side of a crash retry: what the driver records and asks Slurm (:mod:`grpokit.runtime.retry` decides).
+"""The job's side of a crash retry: what the driver records and asks Slurm
+(:mod:`grpokit.runtime.decisions.retry` decides).
 
 The driver hands each attempt's outcome to :func:`on_outcome`; after a crash (or a Ray failure,
-:mod:`grpokit.runtime.retry`) the attempt in
+:mod:`grpokit.runtime.decisions.retry`) the attempt in
 ``status.json`` gets ``crash`` (its kind), ``nodes`` (where it ran),
 ``reason`` (its first line) and ``retry`` (the decision). A retried point is requeued like a
 time-out (``scontrol requeue <array>_<task>``, same id and run folder); once Slurm holds it again
@@ -18,9 +19,9 @@ from pathlib import Path
 
 from grpokit.config.point import PointSpec
 from grpokit.run_folder.layout import AttemptFolder
-from grpokit.runtime.first_error import first_error_in_file
-from grpokit.runtime.outcome import Outcome
-from grpokit.runtime.retry import CRASH, RAY_FAILED, Decision, crash_kind, decide
+from grpokit.runtime.decisions.first_error import first_error_in_file
+from grpokit.runtime.decisions.outcome import Outcome
+from grpokit.runtime.decisions.retry import CRASH, RAY_FAILED, Decision, crash_kind, decide
 from grpokit.slurm.nodes import partition_node_count
 from grpokit.slurm.requeue import delay_and_exclude
 from grpokit.slurm.task import JobEnv
@@ -35,7 +36,7 @@ def on_outcome(
     spec: PointSpec, status, outcome: Outcome, attempt_dir: Path | None, host
 ) -> tuple[Outcome, Decision | None]:
     """The attempt's outcome, turned into a retry (``requeued``, ``requeue``) when it is a crash
-    that :func:`~grpokit.runtime.retry.decide` retries; ``(outcome, None)`` when it is no crash.
+    that :func:`~grpokit.runtime.decisions.retry.decide` retries; ``(outcome, None)`` when it is no crash.
 
     A crash is recorded in the open attempt of ``status`` (``crash``, ``nodes``, ``reason``,
     ``retry``) and its reason is preceded by the decision's line. ``host``: the driver's view of

@@ -1,4 +1,4 @@
-"""``python -m grpokit.runtime.signal_relay --pid <driver pid>``: a job step that passes USR2 to the driver.
+"""``python -m grpokit.runtime.processes.signal_relay --pid <driver pid>``: a job step that passes USR2 to the driver.
 
 The driver runs in the job's batch step (``slurm/train.sbatch`` execs it; the sweep's batch
 script runs it under its batch shell, :mod:`grpokit.slurm.executor`). Slurm's own warning is sent
@@ -24,7 +24,7 @@ from grpokit.slurm.nodes import srun_step
 
 def start(node: str, log_path: Path) -> subprocess.Popen:
     """Start the relay step for this process (the driver) on ``node``, its own node."""
-    cmd = srun_step([node], "grpokit.runtime.signal_relay", f"--pid={os.getpid()}")
+    cmd = srun_step([node], "grpokit.runtime.processes.signal_relay", f"--pid={os.getpid()}")
     return procs.start(cmd, log_path)
 
 

@@ -2,12 +2,12 @@
 
 A *crash* is an attempt whose trainer exited non-zero by itself (no stop signal, no watchdog):
 ``ended_by: failed`` with the trainer's exit code; or an attempt whose Ray did not start (after
-the in-job tries of :func:`grpokit.runtime.ray_cluster.start_cluster`) or died under the trainer,
+the in-job tries of :func:`grpokit.runtime.processes.ray_cluster.start_cluster`) or died under the trainer,
 ``ended_by: ray_failed``: a node problem (a loaded or broken node), retried elsewhere like a crash.
 Time-outs, preemptions and hangs are requeued by their own rules
-(:mod:`grpokit.runtime.stop_decision`, the watchdog); start-up refusals (``invalid``), sidecar
+(:mod:`grpokit.runtime.decisions.stop_decision`, the watchdog); start-up refusals (``invalid``), sidecar
 failures and early exits are not retried (a retry would meet them again). The crash's *kind* is
-the class of the first error line in ``trainer.log`` (:mod:`grpokit.runtime.first_error`:
+the class of the first error line in ``trainer.log`` (:mod:`grpokit.runtime.decisions.first_error`:
 ``RuntimeError: CUDA error ...`` -> ``RuntimeError``), or ``exit <code>`` when the log holds no
 traceback, or ``ray_failed`` for Ray.
 

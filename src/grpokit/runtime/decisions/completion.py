@@ -10,7 +10,7 @@ last partial batch), when a resumed run has no epoch left, or with ``trainer.val
 
 So a point is ``completed`` only when its trainer exited 0 **and** the target step was reached
 **and**, when ``save_freq > 0``, the newest complete checkpoint
-(:func:`grpokit.runtime.checkpoints.latest_complete`) is at or past the target. Otherwise the
+(:func:`grpokit.runtime.decisions.checkpoints.latest_complete`) is at or past the target. Otherwise the
 point ends ``failed`` with ``ended_by`` ``early_exit`` (target step not reached) or
 ``no_final_checkpoint`` (reached, but the final save is missing or incomplete), a reason naming
 the last step, the target and the checkpoint state; ``resubmit.py`` picks it up and a re-run
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from grpokit.config.point import PointSpec
 from grpokit.run_folder.layout import AttemptFolder
-from grpokit.runtime.checkpoints import latest_complete
+from grpokit.runtime.decisions.checkpoints import latest_complete
 
 #: What verl's ``RayPPOTrainer._create_dataloader`` prints once it knows the step count.
 _TOTAL_STEPS_RE = re.compile(r"Total training steps: (\d+)")

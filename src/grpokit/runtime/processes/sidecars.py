@@ -19,17 +19,14 @@ from typing import Any
 
 from grpokit import procs
 from grpokit.config.schema import SidecarConf
-from grpokit.runtime import ports
+from grpokit.runtime.decisions.start_errors import SidecarError
+from grpokit.runtime.processes import ports
 from grpokit.serving import vllm
 
 log = logging.getLogger(__name__)
 
 #: Environment variable carrying each kind's client key (vLLM reads VLLM_API_KEY itself).
 KEY_ENV = {"vllm": vllm.API_KEY_ENV, "memory_server": "GRPOKIT_MEMORY_SERVER_KEY"}
-
-
-class SidecarError(RuntimeError):
-    """A sidecar failed to start or died: the message names it and quotes its log."""
 
 
 @dataclasses.dataclass

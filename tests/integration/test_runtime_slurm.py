@@ -174,24 +174,73 @@ def test_four_jobs_on_one_node_at_once_get_disjoint_ports(kit, slurm, kit_overri
         assert_nothing_left(run_dir, p)
 
 
-@pytest.mark.timeout(360)
-def test_two_node_job_starts_one_head_and_one_worker_and_the_trainer_sees_both(kit, slurm, kit_overrides, tmp_path):
+def node_state(node: str) -> str:
+    out = subprocess.run(["sinfo", "-h", "-N", "-n", node, "-o", "%T"], capture_output=True, text=True, timeout=30)
+    return out.stdout.strip()
+
+
+def set_node(node: str, *state: str) -> None:
+    out = subprocess.run(["scontrol", "update", f"nodename={node}", *state], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+
+
+def resume_node(node: str) -> None:
+    """``state=resume`` when the node is still down (``ReturnToService=2`` may have returned it)."""
+    if "down" in node_state(node) or "drain" in node_state(node):
+        set_node(node, "state=resume")
+
+
+def restarts(task: str) -> int:
+    """``Restarts`` of ``scontrol show job -o <task>`` (0 when scontrol does not say)."""
+    out = subprocess.run(["scontrol", "show", "job", "-o", task], capture_output=True, text=True, timeout=30)
+    fields = dict(f.split("=", 1) for f in out.stdout.split() if "=" in f)
+    return int(fields.get("Restarts", "0") or 0)
+
+
+def hostnames(nodelist: str) -> list[str]:
+    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+@pytest.mark.timeout(420)
+def test_two_node_job_starts_one_head_and_one_worker_and_survives_its_worker_node_going_down(
+    kit, slurm, kit_overrides, tmp_path
+):
+    """Attempt 1 starts one Ray head and one worker that the trainer sees; then its worker node is set
+    DOWN (``scontrol update state=down``: slurmctld kills the job on every node and requeues it, as
+    on a node failure). The attempt's reason names the node; attempt 2 resumes from the checkpoint."""
     report = tmp_path / "ray_report.json"
+    steps = ["verl.trainer.total_training_steps=6", "verl.trainer.save_freq=2", "verl.trainer.test_freq=-1"]
     (run_dir,) = sweep(
         kit,
         tmp_path,
         "two_nodes",
-        [*kit_overrides, *QUICK, "cluster.nodes=2", "cluster.gpus_per_node=2", "cluster.cpus_per_task=2"],
-        env={"FAKE_TRAINER_RAY_REPORT": str(report)},
+        [*kit_overrides, *steps, "cluster.nodes=2", "cluster.gpus_per_node=2", "cluster.cpus_per_task=2"],
+        env={"FAKE_TRAINER_RAY_REPORT": str(report), "FAKE_TRAINER_STEP_S": "1.0"},
     )
-    (status,) = kit.wait_final([run_dir], timeout=300)
-    assert status["state"] == "completed", status.get("reason")
-    nodes = subprocess.run(
-        ["scontrol", "show", "hostnames", status["slurm"]["nodelist"]], capture_output=True, text=True, check=True
-    ).stdout.split()
+    metrics = run_dir / "attempts" / "1" / "metrics.jsonl"
+    wait_for(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 3, 300, "step 3 of attempt 1")
+    first = kit.read_status(run_dir)
+    nodes = hostnames(first["slurm"]["nodelist"])
     assert len(nodes) == 2
+    job = first["slurm"]["job_id"]  # one point: a plain job, no array
+    try:
+        set_node(nodes[1], "state=down", "reason=grpokit-test-node-failure")
+        wait_for(lambda: restarts(job) >= 1, 60, "Slurm to requeue the job")
+    finally:
+        resume_node(nodes[1])
+    (status,) = kit.wait_final([run_dir], timeout=240)
+    assert status["state"] == "completed", status.get("reason")
+    one = status["attempts"][0]
+    assert one["ended_by"] == "node_failed", status["attempts"]
+    assert one["reason"].startswith(f"node {nodes[1]} failed; Slurm requeues the job"), status["attempts"]
+    assert "retry" not in one, "Slurm requeued it: no retry of the kit's spent"
+    assert status["attempts"][1].get("resume_step") in (2, 4), status["attempts"]  # from its checkpoint
+    second = [json.loads(x)["step"] for x in (run_dir / "attempts" / "2" / "metrics.jsonl").read_text().splitlines()]
+    assert second[0] == status["attempts"][1]["resume_step"] + 1 and second[-1] == 6, second
+    wait_for(lambda: node_state(nodes[1]) in ("idle", "mixed", "allocated"), 60, f"{nodes[1]} back up")
     endpoints = json.loads((run_dir / "endpoints.json").read_text())
-    assert endpoints["ray"]["nodes"] == nodes
+    assert endpoints["ray"]["nodes"] == hostnames(status["slurm"]["nodelist"])  # attempt 2's
     ray_logs = run_dir / "attempts" / "1" / "ray"
     assert sorted(p.name for p in ray_logs.glob("*.log")) == ["ray_head.log", f"ray_worker_{nodes[1]}.log"]
     seen = json.loads(report.read_text())

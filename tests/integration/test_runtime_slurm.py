@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -433,3 +434,131 @@ def test_a_plan_that_over_subscribes_a_gpu_is_refused_before_submission(kit, slu
     text = out.stdout + out.stderr
     assert "sum to 1.1" in text and "gpu_memory_utilization<=0.35" in text, text[-3000:]
     assert not (tmp_path / "logs" / "oversub" / "submitit").exists(), "something was submitted"
+
+
+# -- two real Unix users on one node (issue 24 item 5) ---------------------------------------------
+
+OTHER_USER = "grpokit-test2"  # the same user tests/unit/test_node_state.py creates
+OLD_SHARED = ("/tmp/grpokit-ports.json", "/tmp/grpokit-ports.lock", "/tmp/grpokit-ray-start.lock")
+
+
+def other_user() -> tuple[int, int]:
+    """``grpokit-test2``'s uid and gid, created when absent (a system user, no home, no login shell)."""
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(OTHER_USER)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", OTHER_USER], check=True
+        )
+        entry = pwd.getpwnam(OTHER_USER)
+    return entry.pw_uid, entry.pw_gid
+
+
+def grant_traverse(paths: list[Path]) -> dict[Path, int]:
+    """``o+x`` on each folder above (and at) ``paths`` that lacks it, so that another user reaches
+    them (a root-owned clone, /root's Python, pytest's 0700 /tmp/pytest-of-root); returns the
+    folders' old modes, for :func:`restore_modes`. Nothing is made readable that was not."""
+    changed: dict[Path, int] = {}
+    for path in paths:
+        for folder in [*reversed(Path(path).resolve().parents), Path(path).resolve()]:
+            mode = folder.stat().st_mode
+            if folder.is_dir() and not mode & 0o001 and folder not in changed:
+                changed[folder] = mode & 0o7777
+                folder.chmod((mode & 0o7777) | 0o001)
+    return changed
+
+
+def restore_modes(changed: dict[Path, int]) -> None:
+    for folder, mode in changed.items():
+        folder.chmod(mode)
+
+
+@pytest.mark.timeout(420)
+def test_two_users_run_sweeps_on_one_node_at_once_with_each_others_files_present(
+    kit, slurm, kit_overrides, tiny_model_dir, gsm8k_dir, tmp_path
+):
+    """Root and ``grpokit-test2`` each submit a 1-point sweep (trainer test double) to the same node
+    at the same time, through ``launch/sweep.py`` and Slurm. The old scheme's shared files
+    (``/tmp/grpokit-ports.json`` + ``.lock``, ``/tmp/grpokit-ray-start.lock``) are the other user's,
+    mode 0644 (what ``fs.protected_regular`` refuses to open with ``O_CREAT``), and each user's
+    private state folder is there while the other's job runs. No kernel setting is changed; the
+    second user reaches the checkout, the venv's Python and the test's model and data through
+    ``o+x`` on the folders above them that lacked it (restored after)."""
+    if os.geteuid() != 0 or not shutil.which("runuser"):
+        pytest.skip("needs root and runuser (a second real user)")
+    uid, gid = other_user()
+    theirs_root = tmp_path / "theirs"
+    home = theirs_root / "home"
+    home.mkdir(parents=True)
+    for p in (theirs_root, home):
+        os.chown(p, uid, gid)
+    saved = {p: (os.stat(p), Path(p).read_bytes()) for p in OLD_SHARED if os.path.exists(p)}
+    python = Path(sys.executable)
+    changed = grant_traverse([kit.repo, python.parent, python.resolve().parent, tiny_model_dir, gsm8k_dir, theirs_root])
+    env = {k: v for k, v in os.environ.items() if k != "GRPOKIT_STATE_DIR"}
+    steps = [
+        "verl.trainer.total_training_steps=3",
+        "verl.trainer.save_freq=-1",
+        "verl.trainer.test_freq=-1",
+        "+cluster.additional_parameters.nodelist=node3",
+    ]
+    common = ["-m", *kit.slurm_cluster, *[o for o in kit_overrides if not o.startswith("logs_root=")], *steps]
+    try:
+        for p in OLD_SHARED:  # the other user's files, 0644
+            Path(p).write_text("{}" if p.endswith(".json") else "")
+            os.chown(p, uid, gid)
+            os.chmod(p, 0o644)
+        t0 = time.monotonic()
+        launch = [sys.executable, str(kit.repo / "launch" / "sweep.py"), *common]
+        procs = {
+            "root": subprocess.Popen(
+                [*launch, f"logs_root={tmp_path / 'logs'}", "sweep_name=root_side"],
+                cwd=kit.repo,
+                env={**env, **QUICK_ENV},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            ),
+            OTHER_USER: subprocess.Popen(
+                ["runuser", "-u", OTHER_USER, "--", "env", f"HOME={home}", f"USER={OTHER_USER}", *launch]
+                + [f"logs_root={theirs_root / 'logs'}", "sweep_name=other_side"],
+                cwd=kit.repo,
+                env={**env, **QUICK_ENV},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            ),
+        }
+        for who, proc in procs.items():
+            out, err = proc.communicate(timeout=240)
+            assert proc.returncode == 0, f"{who}: {err[-3000:]}"
+        run_dirs = [
+            Path(kit.manifest(root / "logs" / name)["points"][0]["run_dir"])
+            for root, name in ((tmp_path, "root_side"), (theirs_root, "other_side"))
+        ]
+        statuses = kit.wait_final(run_dirs, timeout=300)
+        elapsed = time.monotonic() - t0
+    finally:
+        restore_modes(changed)
+        for p in OLD_SHARED:
+            if p in saved:
+                st, data = saved[p]
+                Path(p).write_bytes(data)
+                os.chown(p, st.st_uid, st.st_gid)
+                os.chmod(p, st.st_mode & 0o7777)
+            else:
+                Path(p).unlink(missing_ok=True)
+    assert [s["state"] for s in statuses] == ["completed", "completed"], [s.get("reason") for s in statuses]
+    assert [s["slurm"]["nodelist"] for s in statuses] == ["node3", "node3"]
+    spans = [(s["attempts"][-1]["start"], s["attempts"][-1]["end"]) for s in statuses]
+    assert max(a for a, _ in spans) < min(b for _, b in spans), f"the two jobs did not overlap: {spans}"
+    assert run_dirs[1].stat().st_uid == uid, "the other user's job wrote its own run folder"
+    for who in (0, uid):
+        state = Path(f"/tmp/grpokit-{who}")
+        st = state.lstat()
+        assert (st.st_uid, st.st_mode & 0o777) == (who, 0o700), (state, st.st_uid, oct(st.st_mode))
+    for run_dir in run_dirs:
+        assert "Permission denied" not in (run_dir / "attempts" / "1" / "driver.log").read_text()
+    print(f"two users' sweeps: {elapsed:.0f} s from submission to both completed")

@@ -712,6 +712,8 @@ class Driver:
                 # the attempt's reason tells preemption, an administrator's requeue, scancel, the time limit apart
                 first = outcome.reason.splitlines()[0] if outcome.reason else ""
                 status.data["attempts"][-1]["reason"] = f"{self._stop_why}; {first}" if first else self._stop_why
+            elif outcome.ended_by == "node_failed":  # the next attempt overwrites the point's reason: keep it here
+                status.data["attempts"][-1]["reason"] = outcome.reason.splitlines()[0]
             status.finish(
                 outcome.state,
                 ended_by=outcome.ended_by,

@@ -111,8 +111,10 @@ def test_a_point_pinned_to_its_nodes_is_retried_without_excluding_them():
 
     from grpokit.runtime.retry_job import _pinned_nodes
 
-    assert _pinned_nodes(SimpleNamespace(cluster=SimpleNamespace(additional_parameters={"nodelist": "node3"}))) == "node3"
-    assert _pinned_nodes(SimpleNamespace(cluster=SimpleNamespace(additional_parameters={}))) is None
+    def spec(extra):
+        return SimpleNamespace(cluster=SimpleNamespace(additional_parameters=extra))
+
+    assert _pinned_nodes(spec({"nodelist": "node3"})) == "node3" and _pinned_nodes(spec({})) is None
 
 
 @pytest.mark.parametrize(

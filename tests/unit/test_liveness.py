@@ -7,6 +7,7 @@ lines below are the formats Slurm 22.05's slurmstepd and srun print (the local c
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -191,6 +192,16 @@ def test_slurm_ended_the_job_reason_from_stderr_else_exit_code():
     assert v.reason.startswith("node node2 failed at step 3; no checkpoint")
     cancelled = decide(Evidence(attempt=1, job_id="5", slurm_state="CANCELLED", slurm_word="cancelled"))
     assert cancelled.state == "cancelled" and cancelled.reason.startswith("Slurm: CANCELLED")
+
+
+def test_slurms_node_fail_state_names_a_node_failure_when_the_stderr_does_not():
+    lost = Evidence(attempt=1, job_id="51", slurm_state="NODE_FAIL", slurm_word="failed", slurm_exit_code="0:0")
+    assert decide(dataclasses.replace(lost, last_step=3, checkpoint_step=2)) == Verdict(
+        "failed",
+        "a node of the job failed (Slurm: NODE_FAIL) at step 3; last checkpoint step 2 (job 51, Slurm: NODE_FAIL)",
+    )
+    ooms = Evidence(attempt=1, job_id="51", slurm_state="OUT_OF_MEMORY", slurm_word="failed", slurm_exit_code="0:125")
+    assert decide(ooms).reason.startswith("killed by the OOM killer (out of memory)")
 
 
 def test_slurm_completed_without_an_outcome_is_left_to_the_reports():

@@ -68,6 +68,14 @@ class Cause:
     ended_by: str = "killed"
 
 
+#: Slurm's end states that name their cause when the job's stderr does not (squeue(1) JOB STATE CODES).
+_STATE_CAUSE = {
+    "NODE_FAIL": Cause("failed", "a node of the job failed (Slurm: NODE_FAIL)", "node_failed"),
+    "OUT_OF_MEMORY": Cause("failed", "killed by the OOM killer (out of memory)"),
+    "BOOT_FAIL": Cause("failed", "a node of the job failed to boot (Slurm: BOOT_FAIL)", "node_failed"),
+}
+
+
 def stderr_cause(lines: list[str]) -> Cause | None:
     """The cause Slurm's own lines give for the end of one run (lines of one start of the job).
 
@@ -239,6 +247,7 @@ def decide(ev: Evidence) -> Verdict | None:
             return None  # exit 0 without an outcome: the status reports say what is missing
         cause = (
             ev.stderr
+            or _STATE_CAUSE.get(ev.slurm_state or "")
             or exit_code_cause(ev.slurm_exit_code)
             or Cause(_SLURM_WORD.get(ev.slurm_state or "", "failed"), f"Slurm: {ev.slurm_state}")
         )

@@ -456,18 +456,17 @@ def other_user() -> tuple[int, int]:
     return entry.pw_uid, entry.pw_gid
 
 
-def grant_traverse(paths: list[Path]) -> dict[Path, int]:
+def grant_traverse(paths: list[Path], changed: dict[Path, int]) -> None:
     """``o+x`` on each folder above (and at) ``paths`` that lacks it, so that another user reaches
-    them (a root-owned clone, /root's Python, pytest's 0700 /tmp/pytest-of-root); returns the
-    folders' old modes, for :func:`restore_modes`. Nothing is made readable that was not."""
-    changed: dict[Path, int] = {}
+    them (a root-owned clone, /root's Python, pytest's 0700 /tmp/pytest-of-root); each folder's old
+    mode goes into ``changed`` as it is changed, for :func:`restore_modes`. Nothing is made readable
+    that was not."""
     for path in paths:
         for folder in [*reversed(Path(path).resolve().parents), Path(path).resolve()]:
             mode = folder.stat().st_mode
             if folder.is_dir() and not mode & 0o001 and folder not in changed:
                 changed[folder] = mode & 0o7777
                 folder.chmod((mode & 0o7777) | 0o001)
-    return changed
 
 
 def restore_modes(changed: dict[Path, int]) -> None:
@@ -496,7 +495,7 @@ def test_two_users_run_sweeps_on_one_node_at_once_with_each_others_files_present
         os.chown(p, uid, gid)
     saved = {p: (os.stat(p), Path(p).read_bytes()) for p in OLD_SHARED if os.path.exists(p)}
     python = Path(sys.executable)
-    changed = grant_traverse([kit.repo, python.parent, python.resolve().parent, tiny_model_dir, gsm8k_dir, theirs_root])
+    changed: dict[Path, int] = {}
     env = {k: v for k, v in os.environ.items() if k != "GRPOKIT_STATE_DIR"}
     steps = [
         "verl.trainer.total_training_steps=3",
@@ -506,6 +505,9 @@ def test_two_users_run_sweeps_on_one_node_at_once_with_each_others_files_present
     ]
     common = ["-m", *kit.slurm_cluster, *[o for o in kit_overrides if not o.startswith("logs_root=")], *steps]
     try:
+        grant_traverse(
+            [kit.repo, python.parent, python.resolve().parent, tiny_model_dir, gsm8k_dir, theirs_root], changed
+        )
         for p in OLD_SHARED:  # the other user's files, 0644
             Path(p).write_text("{}" if p.endswith(".json") else "")
             os.chown(p, uid, gid)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -174,24 +175,73 @@ def test_four_jobs_on_one_node_at_once_get_disjoint_ports(kit, slurm, kit_overri
         assert_nothing_left(run_dir, p)
 
 
-@pytest.mark.timeout(360)
-def test_two_node_job_starts_one_head_and_one_worker_and_the_trainer_sees_both(kit, slurm, kit_overrides, tmp_path):
+def node_state(node: str) -> str:
+    out = subprocess.run(["sinfo", "-h", "-N", "-n", node, "-o", "%T"], capture_output=True, text=True, timeout=30)
+    return out.stdout.strip()
+
+
+def set_node(node: str, *state: str) -> None:
+    out = subprocess.run(["scontrol", "update", f"nodename={node}", *state], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+
+
+def resume_node(node: str) -> None:
+    """``state=resume`` when the node is still down (``ReturnToService=2`` may have returned it)."""
+    if "down" in node_state(node) or "drain" in node_state(node):
+        set_node(node, "state=resume")
+
+
+def restarts(task: str) -> int:
+    """``Restarts`` of ``scontrol show job -o <task>`` (0 when scontrol does not say)."""
+    out = subprocess.run(["scontrol", "show", "job", "-o", task], capture_output=True, text=True, timeout=30)
+    fields = dict(f.split("=", 1) for f in out.stdout.split() if "=" in f)
+    return int(fields.get("Restarts", "0") or 0)
+
+
+def hostnames(nodelist: str) -> list[str]:
+    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+@pytest.mark.timeout(420)
+def test_two_node_job_starts_one_head_and_one_worker_and_survives_its_worker_node_going_down(
+    kit, slurm, kit_overrides, tmp_path
+):
+    """Attempt 1 starts one Ray head and one worker that the trainer sees; then its worker node is set
+    DOWN (``scontrol update state=down``: slurmctld kills the job on every node and requeues it, as
+    on a node failure). The attempt's reason names the node; attempt 2 resumes from the checkpoint."""
     report = tmp_path / "ray_report.json"
+    steps = ["verl.trainer.total_training_steps=6", "verl.trainer.save_freq=2", "verl.trainer.test_freq=-1"]
     (run_dir,) = sweep(
         kit,
         tmp_path,
         "two_nodes",
-        [*kit_overrides, *QUICK, "cluster.nodes=2", "cluster.gpus_per_node=2", "cluster.cpus_per_task=2"],
-        env={"FAKE_TRAINER_RAY_REPORT": str(report)},
+        [*kit_overrides, *steps, "cluster.nodes=2", "cluster.gpus_per_node=2", "cluster.cpus_per_task=2"],
+        env={"FAKE_TRAINER_RAY_REPORT": str(report), "FAKE_TRAINER_STEP_S": "1.0"},
     )
-    (status,) = kit.wait_final([run_dir], timeout=300)
-    assert status["state"] == "completed", status.get("reason")
-    nodes = subprocess.run(
-        ["scontrol", "show", "hostnames", status["slurm"]["nodelist"]], capture_output=True, text=True, check=True
-    ).stdout.split()
+    metrics = run_dir / "attempts" / "1" / "metrics.jsonl"
+    wait_for(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 3, 300, "step 3 of attempt 1")
+    first = kit.read_status(run_dir)
+    nodes = hostnames(first["slurm"]["nodelist"])
     assert len(nodes) == 2
+    job = first["slurm"]["job_id"]  # one point: a plain job, no array
+    try:
+        set_node(nodes[1], "state=down", "reason=grpokit-test-node-failure")
+        wait_for(lambda: restarts(job) >= 1, 60, "Slurm to requeue the job")
+    finally:
+        resume_node(nodes[1])
+    (status,) = kit.wait_final([run_dir], timeout=240)
+    assert status["state"] == "completed", status.get("reason")
+    one = status["attempts"][0]
+    assert one["ended_by"] == "node_failed", status["attempts"]
+    assert one["reason"].startswith(f"node {nodes[1]} failed; Slurm requeues the job"), status["attempts"]
+    assert "retry" not in one, "Slurm requeued it: no retry of the kit's spent"
+    assert status["attempts"][1].get("resume_step") in (2, 4), status["attempts"]  # from its checkpoint
+    second = [json.loads(x)["step"] for x in (run_dir / "attempts" / "2" / "metrics.jsonl").read_text().splitlines()]
+    assert second[0] == status["attempts"][1]["resume_step"] + 1 and second[-1] == 6, second
+    wait_for(lambda: node_state(nodes[1]) in ("idle", "mixed", "allocated"), 60, f"{nodes[1]} back up")
     endpoints = json.loads((run_dir / "endpoints.json").read_text())
-    assert endpoints["ray"]["nodes"] == nodes
+    assert endpoints["ray"]["nodes"] == hostnames(status["slurm"]["nodelist"])  # attempt 2's
     ray_logs = run_dir / "attempts" / "1" / "ray"
     assert sorted(p.name for p in ray_logs.glob("*.log")) == ["ray_head.log", f"ray_worker_{nodes[1]}.log"]
     seen = json.loads(report.read_text())
@@ -384,3 +434,133 @@ def test_a_plan_that_over_subscribes_a_gpu_is_refused_before_submission(kit, slu
     text = out.stdout + out.stderr
     assert "sum to 1.1" in text and "gpu_memory_utilization<=0.35" in text, text[-3000:]
     assert not (tmp_path / "logs" / "oversub" / "submitit").exists(), "something was submitted"
+
+
+# -- two real Unix users on one node (issue 24 item 5) ---------------------------------------------
+
+OTHER_USER = "grpokit-test2"  # the same user tests/unit/test_node_state.py creates
+OLD_SHARED = ("/tmp/grpokit-ports.json", "/tmp/grpokit-ports.lock", "/tmp/grpokit-ray-start.lock")
+
+
+def other_user() -> tuple[int, int]:
+    """``grpokit-test2``'s uid and gid, created when absent (a system user, no home, no login shell)."""
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(OTHER_USER)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", OTHER_USER], check=True
+        )
+        entry = pwd.getpwnam(OTHER_USER)
+    return entry.pw_uid, entry.pw_gid
+
+
+def grant_traverse(paths: list[Path], changed: dict[Path, int]) -> None:
+    """``o+x`` on each folder above (and at) ``paths`` that lacks it, so that another user reaches
+    them (a root-owned clone, /root's Python, pytest's 0700 /tmp/pytest-of-root); each folder's old
+    mode goes into ``changed`` as it is changed, for :func:`restore_modes`. Nothing is made readable
+    that was not."""
+    for path in paths:
+        for folder in [*reversed(Path(path).resolve().parents), Path(path).resolve()]:
+            mode = folder.stat().st_mode
+            if folder.is_dir() and not mode & 0o001 and folder not in changed:
+                changed[folder] = mode & 0o7777
+                folder.chmod((mode & 0o7777) | 0o001)
+
+
+def restore_modes(changed: dict[Path, int]) -> None:
+    for folder, mode in changed.items():
+        folder.chmod(mode)
+
+
+@pytest.mark.timeout(420)
+def test_two_users_run_sweeps_on_one_node_at_once_with_each_others_files_present(
+    kit, slurm, kit_overrides, tiny_model_dir, gsm8k_dir, tmp_path
+):
+    """Root and ``grpokit-test2`` each submit a 1-point sweep (trainer test double) to the same node
+    at the same time, through ``launch/sweep.py`` and Slurm. The old scheme's shared files
+    (``/tmp/grpokit-ports.json`` + ``.lock``, ``/tmp/grpokit-ray-start.lock``) are the other user's,
+    mode 0644 (what ``fs.protected_regular`` refuses to open with ``O_CREAT``), and each user's
+    private state folder is there while the other's job runs. No kernel setting is changed; the
+    second user reaches the checkout, the venv's Python and the test's model and data through
+    ``o+x`` on the folders above them that lacked it (restored after)."""
+    if os.geteuid() != 0 or not shutil.which("runuser"):
+        pytest.skip("needs root and runuser (a second real user)")
+    uid, gid = other_user()
+    theirs_root = tmp_path / "theirs"
+    home = theirs_root / "home"
+    home.mkdir(parents=True)
+    for p in (theirs_root, home):
+        os.chown(p, uid, gid)
+    saved = {p: (os.stat(p), Path(p).read_bytes()) for p in OLD_SHARED if os.path.exists(p)}
+    python = Path(sys.executable)
+    changed: dict[Path, int] = {}
+    env = {k: v for k, v in os.environ.items() if k != "GRPOKIT_STATE_DIR"}
+    steps = [
+        "verl.trainer.total_training_steps=3",
+        "verl.trainer.save_freq=-1",
+        "verl.trainer.test_freq=-1",
+        "+cluster.additional_parameters.nodelist=node3",
+    ]
+    common = ["-m", *kit.slurm_cluster, *[o for o in kit_overrides if not o.startswith("logs_root=")], *steps]
+    try:
+        grant_traverse(
+            [kit.repo, python.parent, python.resolve().parent, tiny_model_dir, gsm8k_dir, theirs_root], changed
+        )
+        for p in OLD_SHARED:  # the other user's files, 0644
+            Path(p).write_text("{}" if p.endswith(".json") else "")
+            os.chown(p, uid, gid)
+            os.chmod(p, 0o644)
+        t0 = time.monotonic()
+        launch = [sys.executable, str(kit.repo / "launch" / "sweep.py"), *common]
+        procs = {
+            "root": subprocess.Popen(
+                [*launch, f"logs_root={tmp_path / 'logs'}", "sweep_name=root_side"],
+                cwd=kit.repo,
+                env={**env, **QUICK_ENV},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            ),
+            OTHER_USER: subprocess.Popen(
+                ["runuser", "-u", OTHER_USER, "--", "env", f"HOME={home}", f"USER={OTHER_USER}", *launch]
+                + [f"logs_root={theirs_root / 'logs'}", "sweep_name=other_side"],
+                cwd=kit.repo,
+                env={**env, **QUICK_ENV},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            ),
+        }
+        for who, proc in procs.items():
+            out, err = proc.communicate(timeout=240)
+            assert proc.returncode == 0, f"{who}: {err[-3000:]}"
+        run_dirs = [
+            Path(kit.manifest(root / "logs" / name)["points"][0]["run_dir"])
+            for root, name in ((tmp_path, "root_side"), (theirs_root, "other_side"))
+        ]
+        statuses = kit.wait_final(run_dirs, timeout=300)
+        elapsed = time.monotonic() - t0
+    finally:
+        restore_modes(changed)
+        for p in OLD_SHARED:
+            if p in saved:
+                st, data = saved[p]
+                Path(p).write_bytes(data)
+                os.chown(p, st.st_uid, st.st_gid)
+                os.chmod(p, st.st_mode & 0o7777)
+            else:
+                Path(p).unlink(missing_ok=True)
+    assert [s["state"] for s in statuses] == ["completed", "completed"], [s.get("reason") for s in statuses]
+    assert [s["slurm"]["nodelist"] for s in statuses] == ["node3", "node3"]
+    spans = [(s["attempts"][-1]["start"], s["attempts"][-1]["end"]) for s in statuses]
+    assert max(a for a, _ in spans) < min(b for _, b in spans), f"the two jobs did not overlap: {spans}"
+    assert run_dirs[1].stat().st_uid == uid, "the other user's job wrote its own run folder"
+    for who in (0, uid):
+        state = Path(f"/tmp/grpokit-{who}")
+        st = state.lstat()
+        assert (st.st_uid, st.st_mode & 0o777) == (who, 0o700), (state, st.st_uid, oct(st.st_mode))
+    for run_dir in run_dirs:
+        assert "Permission denied" not in (run_dir / "attempts" / "1" / "driver.log").read_text()
+    print(f"two users' sweeps: {elapsed:.0f} s from submission to both completed")

@@ -15,6 +15,7 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -212,6 +213,31 @@ def test_usr2_saves_then_decides(tmp_path, bare_point, signal_handlers, host_kw,
     assert json.loads((Path(spec.run_dir) / "control" / "save_request").read_text())["reason"] == "SIGUSR2"
     assert (Path(spec.checkpoint_dir) / "latest_checkpointed_iteration.txt").read_text() == "2"
     assert r.trainers[0].returncode == 1, "the trainer stopped itself after the save"
+    assert_closed(r, spec, signal_handlers, in_slurm=True)
+
+
+def test_sigterm_for_a_node_failure_names_the_node_and_leaves_the_requeue_to_slurm(
+    tmp_path, bare_point, signal_handlers
+):
+    """Slurm requeues the job for a node failure (restart counted, no PreemptTime: what an
+    administrator's requeue also looks like); the Ray worker's srun, in the attempt's Ray logs,
+    names the node (the lines the local cluster printed with ``scontrol update state=down``)."""
+    spec = make_spec(bare_point, tmp_path)
+    host = doubles.StandInHost(in_slurm=True, time_left_s=500, view=SlurmStopView(True, False))
+
+    def node_fails(_trainer):
+        ray_logs = Path(spec.run_dir) / "attempts" / "1" / "ray"
+        ray_logs.mkdir(parents=True, exist_ok=True)
+        (ray_logs / "ray_worker_node2.log").write_text(
+            "slurmstepd-node2: error: *** STEP 77.2 ON node2 CANCELLED AT 2026-12-03T13:00:27 DUE TO NODE FAILURE, "
+            "SEE SLURMCTLD LOG FOR DETAILS ***\nsrun: error: Node failure on node2\n"
+        )
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    r = run_attempt(spec, host=host, script={2: node_fails})
+    assert (r.status["state"], r.attempt["ended_by"], r.code) == ("requeued", "node_failed", 0)
+    assert re.fullmatch(r"node node2 failed; Slurm requeues the job; checkpointed step \d+", r.attempt["reason"])
+    assert host.requeues == 0 and "retry" not in r.attempt, "Slurm requeues it: no retry of the kit's spent"
     assert_closed(r, spec, signal_handlers, in_slurm=True)
 
 

@@ -7,6 +7,7 @@ lines below are the formats Slurm 22.05's slurmstepd and srun print (the local c
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -69,7 +70,54 @@ TIME_LIMIT = ["slurmstepd: error: *** JOB 51 ON node1 CANCELLED AT 2026-12-03T07
     ],
 )
 def test_stderr_names_the_cause(lines, word, text):
-    assert stderr_cause(["submitit INFO (2026-12-03) - Starting with JobEnvironment(...)", *lines]) == Cause(word, text)
+    cause = stderr_cause(["submitit INFO (2026-12-03) - Starting with JobEnvironment(...)", *lines])
+    assert (cause.word, cause.text) == (word, text)
+    assert cause.ended_by == ("node_failed" if lines is NODE_FAIL or "NODE FAILURE" in lines[0] else "killed")
+
+
+# A 2-node point whose worker node was set DOWN (local cluster, Slurm 22.05.8): the batch host's
+# slurmstepd line in the job's stderr (submitit's <job>_<task>_log.out) names the surviving node; the
+# Ray worker's srun, whose output the driver keeps in attempts/<k>/ray/ray_worker_<node>.log, names
+# the failed one.
+JOB_STDERR_NODE_FAIL = [
+    "submitit INFO (2026-12-03 12:59:44,770) - Starting with JobEnvironment(job_id=798, hostname=vm, "
+    "local_rank=0(1), node=0(2), global_rank=0(2))",
+    "slurmstepd-node1: error: *** JOB 798 ON node1 CANCELLED AT 2026-12-03T13:00:27 DUE TO NODE FAILURE, "
+    "SEE SLURMCTLD LOG FOR DETAILS ***",
+    "2026-12-03 13:00:27,419 WARNING submitit: Bypassing signal SIGCONT",
+]
+RAY_WORKER_NODE_FAIL = [
+    "2026-12-03 13:00:10,635\tINFO scripts.py:1274 -- Process exit logs will be saved to: /tmp/rk/logs",
+    "slurmstepd-node2: error: *** STEP 798.2 ON node2 CANCELLED AT 2026-12-03T13:00:27 DUE TO NODE FAILURE, "
+    "SEE SLURMCTLD LOG FOR DETAILS ***",
+    "srun: error: Node failure on node2",
+    "2026-12-03 13:00:27,368\tINFO node.py:698 -- Node b35f received SIGTERM. Draining for up to 30.0 seconds",
+    "srun: Job step aborted: Waiting up to 12 seconds for job step to finish.",
+]
+
+
+def test_a_node_failure_is_named_by_the_failed_node_from_the_ray_workers_srun(tmp_path):
+    attempt = tmp_path / "attempts" / "1"
+    assert liveness.run_cause(JOB_STDERR_NODE_FAIL, attempt) == Cause(
+        "failed", "a node of the job failed (Slurm cancelled it on node1 DUE TO NODE FAILURE)", "node_failed"
+    )  # the job's stderr alone: node1 survived, it does not name the failed node
+    (attempt / "ray").mkdir(parents=True)
+    (attempt / "ray" / "ray_worker_node2.log").write_text("\n".join(RAY_WORKER_NODE_FAIL))
+    assert liveness.run_cause(JOB_STDERR_NODE_FAIL, attempt) == Cause("failed", "node node2 failed", "node_failed")
+    assert liveness.node_failure(PREEMPTED + REQUEUED + SCANCEL + KILLED) is None
+
+
+@pytest.mark.parametrize(
+    ("lines", "text"),
+    [
+        (PREEMPTED, "preempted by Slurm"),
+        (REQUEUED, "requeued by Slurm (scontrol requeue)"),
+        (SCANCEL, "cancelled (scancel)"),
+        (JOB_STDERR_NODE_FAIL, "a node of the job failed"),
+    ],
+)
+def test_node_failure_preemption_admin_requeue_and_scancel_are_told_apart(lines, text):
+    assert stderr_cause(lines).text.startswith(text)
 
 
 def test_stderr_without_slurms_lines_names_nothing():
@@ -144,6 +192,16 @@ def test_slurm_ended_the_job_reason_from_stderr_else_exit_code():
     assert v.reason.startswith("node node2 failed at step 3; no checkpoint")
     cancelled = decide(Evidence(attempt=1, job_id="5", slurm_state="CANCELLED", slurm_word="cancelled"))
     assert cancelled.state == "cancelled" and cancelled.reason.startswith("Slurm: CANCELLED")
+
+
+def test_slurms_node_fail_state_names_a_node_failure_when_the_stderr_does_not():
+    lost = Evidence(attempt=1, job_id="51", slurm_state="NODE_FAIL", slurm_word="failed", slurm_exit_code="0:0")
+    assert decide(dataclasses.replace(lost, last_step=3, checkpoint_step=2)) == Verdict(
+        "failed",
+        "a node of the job failed (Slurm: NODE_FAIL) at step 3; last checkpoint step 2 (job 51, Slurm: NODE_FAIL)",
+    )
+    ooms = Evidence(attempt=1, job_id="51", slurm_state="OUT_OF_MEMORY", slurm_word="failed", slurm_exit_code="0:125")
+    assert decide(ooms).reason.startswith("killed by the OOM killer (out of memory)")
 
 
 def test_slurm_completed_without_an_outcome_is_left_to_the_reports():
@@ -258,11 +316,52 @@ def test_wait_returns_for_a_forgotten_killed_point(tmp_path, monkeypatch, bare_p
 def test_the_next_start_closes_the_open_attempt_with_its_cause(tmp_path):
     point = _open_point(tmp_path, stale=True)
     found = liveness.killed_attempt_reason(point.run_dir, point.status, NODE_FAIL)
-    assert found == ("killed", "node node2 failed at step 16; last checkpoint step 15")
+    assert found == ("node_failed", "node node2 failed at step 16; last checkpoint step 15")
     status = StatusFile(point.run_dir)
     status.start_attempt(target_step=40, slurm={}, previous_end=found)
     first = status.data["attempts"][0]
-    assert first["ended_by"] == "killed" and first["reason"].startswith("node node2 failed")
+    assert first["ended_by"] == "node_failed" and first["reason"].startswith("node node2 failed")
+    killed = _open_point(tmp_path / "k", stale=True)
+    assert liveness.killed_attempt_reason(killed.run_dir, killed.status, KILLED)[0] == "killed"
+
+
+def test_the_next_start_names_the_failed_node_from_the_attempts_ray_logs(tmp_path):
+    """The driver did not survive (killed on the batch host): the next start finds the node in the
+    open attempt's Ray worker log."""
+    point = _open_point(tmp_path, stale=True)
+    (point.run_dir / "attempts" / "1" / "ray").mkdir()
+    (point.run_dir / "attempts" / "1" / "ray" / "ray_worker_node2.log").write_text("\n".join(RAY_WORKER_NODE_FAIL))
+    found = liveness.killed_attempt_reason(point.run_dir, point.status, JOB_STDERR_NODE_FAIL)
+    assert found == ("node_failed", "node node2 failed at step 16; last checkpoint step 15")
+
+
+def test_a_forgotten_point_whose_node_failed_is_final_with_the_node(tmp_path):
+    point = _open_point(tmp_path, stale=True, stderr=JOB_STDERR_NODE_FAIL[1:])
+    (point.run_dir / "attempts" / "1" / "ray").mkdir()
+    (point.run_dir / "attempts" / "1" / "ray" / "ray_worker_node2.log").write_text("\n".join(RAY_WORKER_NODE_FAIL))
+    assert point_state(point, None) == "failed"
+    assert point_reason(point, None).startswith("node node2 failed at step 16; last checkpoint step 15 (no heartbeat")
+
+
+def test_a_surviving_driver_names_the_failed_node_and_leaves_the_requeue_to_slurm():
+    """SIGTERM after Slurm requeued the job for a node failure; the Ray cluster died with the node."""
+    from grpokit.runtime.decisions.outcome import JobFailed
+    from grpokit.runtime.decisions.stop_decision import StopDecision
+    from grpokit.runtime.processes import retry_job
+
+    died = JobFailed("the job's Ray cluster died while the trainer ran; see attempts/*/ray/", "ray_failed")
+    slurm_requeues = StopDecision("requeued", "preempted", False, "SIGTERM: Slurm requeues the job")
+    happened = Happened(error=died, trainer_started=True, node_failure="node node2 failed")
+    out = decide_outcome(happened, signal_name="SIGTERM", stop=slurm_requeues)
+    assert (out.state, out.ended_by, out.requeue) == ("requeued", "node_failed", False)
+    assert out.reason == "node node2 failed; Slurm requeues the job"
+    assert retry_job.on_outcome(None, None, out, Path("/nonexistent"), None) == (out, None)  # no retry spent
+    # Slurm does not requeue it (no --requeue): failed, resubmittable, the node named before the symptom
+    alone = decide_outcome(Happened(error=died, trainer_started=True, node_failure="node node2 failed"))
+    assert (alone.state, alone.ended_by) == ("failed", "node_failed")
+    assert alone.reason.startswith("node node2 failed; the job's Ray cluster died")
+    # without a node failure the Ray death stays ray_failed (a crash the kit retries)
+    assert decide_outcome(Happened(error=died, trainer_started=True)).ended_by == "ray_failed"
 
 
 # --- a full disk ---------------------------------------------------------------------------------

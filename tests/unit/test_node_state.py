@@ -304,3 +304,20 @@ def test_two_users_on_one_node_with_each_others_files_present(other_user):
     kit_opened = res["root_opened_tmp"]  # after the set-up: root's kit code opened only its own folder's files
     assert kit_opened and all(p.startswith("/tmp/grpokit-0/") for p in kit_opened), kit_opened
     assert time.monotonic() - t0 < 60
+
+
+def test_the_rehearsal_trainers_prompt_count_cache_is_each_users_own(tmp_path):
+    """The trainer test double / ``rehearse=true`` caches its prompt count in a per-user 0700 folder:
+    the shared ``/tmp/fake_verl_trainer_prompt_filter`` (root's, 0755) failed a second user's job
+    with ``PermissionError`` (seen on the local cluster, two users' sweeps on one node)."""
+    from grpokit.rehearsal import rehearsal_trainer
+
+    mine = rehearsal_trainer._private_cache(tmp_path / "mine")
+    assert mine == tmp_path / "mine" and stat.S_IMODE(mine.stat().st_mode) == 0o700
+    (tmp_path / "link").symlink_to(mine)
+    assert rehearsal_trainer._private_cache(tmp_path / "link") is None
+    if os.geteuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir()
+        os.chown(theirs, 65534, 65534)  # another user's folder of that name: neither read nor written
+        assert rehearsal_trainer._private_cache(theirs) is None

@@ -93,6 +93,30 @@ def test_an_exclusion_that_would_leave_the_job_no_node_is_dropped_and_said():
     assert d.retry and d.exclude == () and "no node excluded (the partition has 3 node(s))" in d.why
 
 
+def test_a_point_pinned_to_its_nodes_is_retried_without_excluding_them():
+    """``ExcNodeList`` overlapping the job's own ``--nodelist`` held it ``PENDING (BadConstraints)``
+    for ever (seen on the local cluster: nodelist=node3, a crash on node3)."""
+    d = decide(
+        kind="PermissionError",
+        nodes=["node3"],
+        earlier=[],
+        max_retries=1,
+        backoff_s=60,
+        in_slurm=True,
+        partition_nodes=3,
+        pinned="node3",
+    )
+    assert d.retry and d.exclude == () and "no node excluded (the point asks for nodelist=node3)" in d.why
+    from types import SimpleNamespace
+
+    from grpokit.runtime.processes.retry_job import _pinned_nodes
+
+    def spec(extra):
+        return SimpleNamespace(cluster=SimpleNamespace(additional_parameters=extra))
+
+    assert _pinned_nodes(spec({"nodelist": "node3"})) == "node3" and _pinned_nodes(spec({})) is None
+
+
 @pytest.mark.parametrize(
     ("line", "code", "kind"),
     [

@@ -136,8 +136,9 @@ def rows_within_prompt_length(cfg: dict[str, str], files: list[Path], rows: int,
     ``len(tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True))`` <=
     ``data.max_prompt_length`` (verl's default 512), with the tokenizer of ``actor_rollout_ref.model.path``
     (verl's ``hf_tokenizer``; a text model has no processor). Counting stops at ``enough`` kept rows.
-    The count is cached in the temp folder by its inputs (files and tokenizer by mtime): importing
-    transformers takes seconds, and every trainer start of a test suite asks the same question."""
+    The count is cached in this user's own temp folder (``grpokit-prompt-filter-<uid>``, 0700) by its
+    inputs (files and tokenizer by mtime): importing transformers takes seconds, and every trainer
+    start of a test suite asks the same question."""
     import hashlib
     import tempfile
 
@@ -147,15 +148,31 @@ def rows_within_prompt_length(cfg: dict[str, str], files: list[Path], rows: int,
     stamp = [str(f.resolve()) + f":{f.stat().st_mtime_ns}" for f in files]
     stamp += [f"{f}:{f.stat().st_mtime_ns}" for f in sorted(model.glob("*token*")) + sorted(model.glob("*.jinja"))]
     digest = hashlib.sha256(json.dumps([stamp, str(model.resolve()), limit, key, rows, enough]).encode()).hexdigest()
-    cache = Path(tempfile.gettempdir()) / "fake_verl_trainer_prompt_filter" / f"{digest[:32]}.json"
-    if cache.is_file():
+    folder = _private_cache(Path(tempfile.gettempdir()) / f"grpokit-prompt-filter-{os.getuid()}")
+    cache = folder / f"{digest[:32]}.json" if folder is not None else None
+    if cache is not None and cache.is_file():
         return int(json.loads(cache.read_text())["kept"])
     kept = _count_kept(model, files, limit, key, rows, enough)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    part = cache.with_suffix(f".{os.getpid()}.part")
-    part.write_text(json.dumps({"kept": kept}))
-    os.replace(part, cache)
+    if cache is not None:
+        part = cache.with_suffix(f".{os.getpid()}.part")
+        part.write_text(json.dumps({"kept": kept}))
+        os.replace(part, cache)
     return kept
+
+
+def _private_cache(folder: Path) -> Path | None:
+    """``folder``, created mode 0700, when it is a folder of this uid's (not a symlink); None
+    otherwise (another user's folder of that name: the count is not cached, nor read from it).
+    One per user: a folder shared in ``/tmp`` is refused to the second user on the node, and what
+    one user writes there must not decide another user's run."""
+    import stat
+
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        st = folder.lstat()
+    except OSError:
+        return None
+    return folder if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() else None
 
 
 def _count_kept(model: Path, files: list[Path], limit: int, key: str, rows: int, enough: int | None) -> int:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grpokit.run_folder.heartbeat import read_record
-from grpokit.run_folder.layout import METRICS, SUBMITIT_DIR
+from grpokit.run_folder.layout import METRICS, RAY_DIR, SUBMITIT_DIR
 
 if TYPE_CHECKING:
     from grpokit.run_folder.sweep_reader import Point
@@ -60,10 +60,20 @@ _LIVE = ("queued", "running")
 
 @dataclass(frozen=True)
 class Cause:
-    """What ended a run of the job: ``word`` (the point's state word it leads to) and ``text``."""
+    """What ended a run of the job: ``word`` (the point's state word it leads to), ``text``, and the
+    ``ended_by`` an attempt it left open is closed with (``node_failed`` for a node failure)."""
 
     word: str
     text: str
+    ended_by: str = "killed"
+
+
+#: Slurm's end states that name their cause when the job's stderr does not (squeue(1) JOB STATE CODES).
+_STATE_CAUSE = {
+    "NODE_FAIL": Cause("failed", "a node of the job failed (Slurm: NODE_FAIL)", "node_failed"),
+    "OUT_OF_MEMORY": Cause("failed", "killed by the OOM killer (out of memory)"),
+    "BOOT_FAIL": Cause("failed", "a node of the job failed to boot (Slurm: BOOT_FAIL)", "node_failed"),
+}
 
 
 def stderr_cause(lines: list[str]) -> Cause | None:
@@ -76,13 +86,10 @@ def stderr_cause(lines: list[str]) -> Cause | None:
     24382 Killed  python ...`` -> signal 9), a task's exit code. None when the
     lines name none (format: Slurm 22.05's slurmstepd and srun messages).
     """
+    if failed := node_failure(lines):
+        return failed
     text = "\n".join(lines)
-    if m := _NODE_FAIL.search(text):
-        return Cause("failed", f"node {m.group(1)} failed")
     ends = _SLURM_END.findall(text)
-    for _job, host, _at, tail in ends:
-        if "NODE FAILURE" in tail:
-            return Cause("failed", f"a node of the job failed (Slurm cancelled it on {host} DUE TO NODE FAILURE)")
     if ends:
         _job, host, at, tail = ends[-1]
         if "PREEMPTION" in tail:
@@ -103,6 +110,45 @@ def stderr_cause(lines: list[str]) -> Cause | None:
     if m := list(_TASK_EXIT.finditer(text)):
         return Cause("failed", f"exited with {m[-1].group(2)} on {m[-1].group(1)}")
     return None
+
+
+def node_failure(lines: list[str]) -> Cause | None:
+    """A node failure in Slurm's or srun's lines: ``srun: error: Node failure on node2`` (srun of a
+    step on that node: the Ray worker's, in ``attempts/<k>/ray/ray_worker_<node>.log``) -> ``node
+    node2 failed``; else slurmstepd's ``*** JOB 51 ON node1 CANCELLED AT ... DUE TO NODE FAILURE, SEE
+    SLURMCTLD LOG FOR DETAILS ***`` (printed on the nodes that survived: ``node1`` is not the one
+    that failed) -> ``a node of the job failed``. None when neither is there (Slurm 22.05's wording)."""
+    text = "\n".join(lines)
+    if m := _NODE_FAIL.search(text):
+        return Cause("failed", f"node {m.group(1)} failed", "node_failed")
+    for _job, host, _at, tail in _SLURM_END.findall(text):
+        if "NODE FAILURE" in tail:
+            return Cause(
+                "failed", f"a node of the job failed (Slurm cancelled it on {host} DUE TO NODE FAILURE)", "node_failed"
+            )
+    return None
+
+
+def srun_lines(attempt_dir: Path, max_bytes: int = 65536) -> list[str]:
+    """The last ``max_bytes`` of each log in ``<attempt>/ray/`` (the Ray worker's srun writes its
+    ``srun: error: Node failure on <node>`` there); [] when there are none."""
+    lines: list[str] = []
+    for path in sorted((Path(attempt_dir) / RAY_DIR).glob("*.log")):
+        try:
+            with open(path, "rb") as f:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - max_bytes))
+                lines += f.read().decode(errors="replace").splitlines()
+        except OSError:
+            continue
+    return lines
+
+
+def run_cause(run: list[str], attempt_dir: Path | None) -> Cause | None:
+    """The cause of one run's end: a node failure in the run's stderr or the attempt's Ray logs
+    (:func:`node_failure`) first, else :func:`stderr_cause` of the run's stderr."""
+    extra = srun_lines(attempt_dir) if attempt_dir is not None else []
+    return node_failure(run + extra) or stderr_cause(run)
 
 
 def split_runs(lines: list[str]) -> list[list[str]]:
@@ -201,6 +247,7 @@ def decide(ev: Evidence) -> Verdict | None:
             return None  # exit 0 without an outcome: the status reports say what is missing
         cause = (
             ev.stderr
+            or _STATE_CAUSE.get(ev.slurm_state or "")
             or exit_code_cause(ev.slurm_exit_code)
             or Cause(_SLURM_WORD.get(ev.slurm_state or "", "failed"), f"Slurm: {ev.slurm_state}")
         )
@@ -309,7 +356,9 @@ def gather(point: Point, slurm: SlurmJobState | None, now_s: float | None = None
         outcome=record.outcome if record is not None else None,
         beat_age_s=record.age_s if record is not None else None,
         stale_after_s=record.stale_after_s if record is not None else None,
-        stderr=stderr_cause(runs[-1]) if runs else None,
+        stderr=run_cause(runs[-1] if runs else [], Path(point.run_dir) / "attempts" / str(number))
+        if needs_stderr
+        else None,
         last_step=last if last is not None else status.get("last_step"),
         checkpoint_step=checkpoint_step(Path(point.run_dir)),
         checkpoint_folders=has_step_folders(Path(point.run_dir)),
@@ -329,8 +378,9 @@ def settle(point: Point, slurm: SlurmJobState | None) -> Verdict | None:
 
 def killed_attempt_reason(run_dir: Path, status: dict, previous_run: list[str] | None) -> tuple[str, str] | None:
     """``(ended_by, reason)`` for the attempt a new start finds open: the record's outcome when
-    the driver wrote one, else the cause in the previous run's stderr (``previous_run``), with the
-    step and checkpoint; None when nothing says."""
+    the driver wrote one, else the cause in the previous run's stderr (``previous_run``) or, for a
+    node failure, the attempt's Ray logs (:func:`run_cause`), with the step and checkpoint; None
+    when nothing says. ``ended_by`` is ``node_failed`` for a node failure, else ``killed``."""
     attempts = status.get("attempts") or []
     if not attempts or attempts[-1].get("end"):
         return None
@@ -338,7 +388,7 @@ def killed_attempt_reason(run_dir: Path, status: dict, previous_run: list[str] |
     record = read_record(run_dir)
     if record is not None and record.fields.get("attempt") == number and record.outcome is not None:
         return str(record.outcome.get("ended_by") or "failed"), str(record.outcome.get("reason") or "")
-    cause = stderr_cause(previous_run) if previous_run else None
+    cause = run_cause(previous_run or [], Path(run_dir) / "attempts" / str(number))
     if cause is None:
         return None
     ev = Evidence(
@@ -347,4 +397,4 @@ def killed_attempt_reason(run_dir: Path, status: dict, previous_run: list[str] |
         checkpoint_step=checkpoint_step(Path(run_dir)),
         checkpoint_folders=has_step_folders(Path(run_dir)),
     )
-    return "killed", f"{cause.text}{_where(ev)}"
+    return cause.ended_by, f"{cause.text}{_where(ev)}"

@@ -51,4 +51,5 @@ class EndedBy(StrEnum):
     HUNG = "hung"
     PRUNED = "pruned"  # a runtime.pruning rule fired (grpokit.runtime.processes.pruning)
     DISK_FULL = "disk_full"  # a full (or over-quota) run or checkpoint folder: no other node can fix it
+    NODE_FAILED = "node_failed"  # a node of the job failed (Slurm's NODE FAILURE, srun's "Node failure on X")
     KILLED = "killed"  # the attempt never closed: found open by the next start (SIGKILL, node failure)

@@ -320,6 +320,20 @@ class Driver:
             log.warning("attempt %d was left open: %s (%s)", len(data["attempts"]), found[1], found[0])
         return found
 
+    def _node_failure(self) -> str | None:
+        """``node <name> failed`` when this run's stderr (submitit's log) or this attempt's Ray logs
+        hold Slurm's or srun's node-failure lines (:func:`grpokit.run_folder.liveness.node_failure`)."""
+        try:
+            runs = liveness.stderr_runs(self.run_dir.parent, self.host.task_id())
+            lines = (runs[-1] if runs else []) + (liveness.srun_lines(self.attempt_dir) if self.attempt_dir else [])
+            cause = liveness.node_failure(lines)
+        except Exception:
+            log.exception("could not read the job's stderr for a node failure")
+            return None
+        if cause is not None:
+            log.warning("a node of the job failed: %s", cause.text)
+        return cause.text if cause is not None else None
+
     def _start_heartbeat(self, attempt: int) -> None:
         """Write this attempt's record (``heartbeat.json``) and start touching it every ``runtime.heartbeat_s``."""
         beat_s = max(0.5, float(self.spec.runtime.heartbeat_s))
@@ -637,6 +651,8 @@ class Driver:
                 )
                 log.info("stop decision: %s (%s)", stop.state, stop.why)
                 self._stop_why = stop.why
+            if happened.completion is None and not happened.gpu_missing:
+                happened = dataclasses.replace(happened, node_failure=self._node_failure())
             outcome = decide(happened, signal_name=self.stop.name if self.stop else None, stop=stop)
             outcome, self._retry = retry_job.on_outcome(self.spec, self.status, outcome, self.attempt_dir, self.host)
             return outcome
@@ -677,6 +693,8 @@ class Driver:
                 # the attempt's reason tells preemption, an administrator's requeue, scancel, the time limit apart
                 first = outcome.reason.splitlines()[0] if outcome.reason else ""
                 status.data["attempts"][-1]["reason"] = f"{self._stop_why}; {first}" if first else self._stop_why
+            elif outcome.ended_by == "node_failed":  # the next attempt overwrites the point's reason: keep it here
+                status.data["attempts"][-1]["reason"] = outcome.reason.splitlines()[0]
             status.finish(
                 outcome.state,
                 ended_by=outcome.ended_by,

@@ -23,6 +23,12 @@ trainer stopped after a stop signal        the stop decision    the stop decisio
 trainer exited non-zero                    failed               failed
 =========================================  ===================  =====================================
 
+A node of the job that failed (``Happened.node_failure``, ``node node2 failed``: Slurm's and srun's
+lines, :func:`grpokit.run_folder.liveness.node_failure`) overrides every row but ``completed`` and
+``skipped_no_gpu``: ``ended_by: node_failed``, the reason naming the node; ``requeued`` when Slurm
+requeues the job itself (the SIGTERM's stop decision says so; no retry of the kit's is spent), else
+``failed`` (resubmittable). A Ray cluster that died with its node is this, not ``ray_failed``.
+
 A full run or checkpoint folder (``Happened.disk_full``) overrides every row but ``completed``,
 ``skipped_no_gpu`` and a requeue whose checkpoint was written: ``failed``, ``ended_by: disk_full``,
 ``disk full writing <path>``.
@@ -114,7 +120,8 @@ class Happened:
     verdict's reason. saved_step: the step the trainer checkpointed on the save request.
     trainer_log, verl_cmd: the attempt's ``trainer.log`` and the run's ``verl_cmd.sh``, for reasons.
     disk_full: ``disk full writing <path>`` when a folder the attempt writes to is full
-    (:func:`grpokit.runtime.decisions.disk_full.cause`).
+    (:func:`grpokit.runtime.decisions.disk_full.cause`). node_failure: ``node <name> failed`` when Slurm's or
+    srun's lines in the job's stderr or the attempt's Ray logs say a node of the job failed.
     """
 
     error: BaseException | None = None
@@ -127,6 +134,7 @@ class Happened:
     trainer_log: Path | None = None
     verl_cmd: Path | None = None
     disk_full: str | None = None
+    node_failure: str | None = None
 
 
 def _stopped(stop: StopDecision, reason: str, trainer_exit: int | None = None) -> Outcome:
@@ -144,12 +152,26 @@ def decide(happened: Happened, *, signal_name: str | None = None, stop: StopDeci
         stop: the stop decision for that signal (None when none came).
     """
     outcome = _decide(happened, signal_name=signal_name, stop=stop)
+    if happened.node_failure and outcome.state not in ("completed", "skipped_no_gpu"):
+        return _node_failed(happened, outcome, stop)
     saved = outcome.state == "requeued" and happened.saved_step is not None  # its checkpoint was written
     if happened.disk_full and outcome.state not in ("completed", "skipped_no_gpu") and not saved:
         symptom = outcome.reason.splitlines()[0] if outcome.reason else ""
         reason = happened.disk_full + (f"; {symptom}" if symptom and symptom != happened.disk_full else "")
         return Outcome("failed", "disk_full", reason, outcome.trainer_exit)
     return outcome
+
+
+def _node_failed(happened: Happened, outcome: Outcome, stop: StopDecision | None) -> Outcome:
+    """The outcome of an attempt a node failure ended (the module's paragraph)."""
+    saved = f"; checkpointed step {happened.saved_step}" if happened.saved_step is not None else ""
+    if stop is not None and stop.state == "requeued" and not stop.requeue and stop.ended_by == "preempted":
+        # SIGTERM with the restart counted: Slurm requeued the job itself (JobRequeue / --requeue)
+        reason = f"{happened.node_failure}; Slurm requeues the job{saved}"
+        return Outcome("requeued", "node_failed", reason, outcome.trainer_exit)
+    symptom = outcome.reason.splitlines()[0] if outcome.reason else ""
+    reason = f"{happened.node_failure}{saved}" + (f"; {symptom}" if symptom else "")
+    return Outcome("failed", "node_failed", reason, outcome.trainer_exit)
 
 
 def _decide(happened: Happened, *, signal_name: str | None, stop: StopDecision | None) -> Outcome:

@@ -82,6 +82,7 @@ def decide(
     backoff_s: float,
     in_slurm: bool,
     partition_nodes: int | None = None,
+    pinned: str | None = None,
 ) -> Decision:
     """Retry or not, after a crash of ``kind`` on ``nodes`` (see the module's table).
 
@@ -94,6 +95,9 @@ def decide(
         backoff_s: ``runtime.retry_backoff_s``, doubled for each retry already made.
         in_slurm: whether the attempt ran as a Slurm job (only Slurm requeues it).
         partition_nodes: nodes of the job's partition (None: unknown, exclusion always applied).
+        pinned: the job's own ``--nodelist`` (``cluster.additional_parameters.nodelist``), None when
+            it names none: then no node is excluded (Slurm holds a job whose ``ExcNodeList``
+            overlaps its ``ReqNodeList`` pending for ever, ``BadConstraints``).
     """
     if not in_slurm:
         return Decision(False, "not retried outside Slurm: run the same command again to resume")
@@ -109,7 +113,9 @@ def decide(
         return Decision(False, f"not retried: runtime.max_retries={max_retries} spent ({used} retried crash(es))")
     exclude = sorted({n for a in crashes for n in (a.get("nodes") or [])} | set(nodes))
     note = f"excluding {', '.join(exclude)}"
-    if partition_nodes is not None and partition_nodes - len(exclude) < max(len(nodes), 1):
+    if pinned:
+        exclude, note = [], f"no node excluded (the point asks for nodelist={pinned})"
+    elif partition_nodes is not None and partition_nodes - len(exclude) < max(len(nodes), 1):
         exclude, note = [], f"no node excluded (the partition has {partition_nodes} node(s))"
     wait = float(backoff_s) * 2**used
     why = f"retry {used + 1} of runtime.max_retries={max_retries} in {wait:g} s, {note}"

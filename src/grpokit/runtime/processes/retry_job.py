@@ -66,6 +66,7 @@ def on_outcome(
         backoff_s=float(runtime.retry_backoff_s or 0),
         in_slurm=in_slurm,
         partition_nodes=partition_node_count() if in_slurm else None,
+        pinned=_pinned_nodes(spec),
     )
     first_line = outcome.reason.splitlines()[0] if outcome.reason else ""
     status.update_attempt(crash=kind, nodes=nodes, reason=first_line, retry=decision.why)
@@ -74,6 +75,13 @@ def on_outcome(
     if decision.retry:
         return dataclasses.replace(outcome, state="requeued", reason=reason, requeue=True), decision
     return dataclasses.replace(outcome, reason=reason), decision
+
+
+def _pinned_nodes(spec: PointSpec) -> str | None:
+    """The point's own ``--nodelist`` (``cluster.additional_parameters.nodelist`` or ``w``), else None."""
+    extra = getattr(getattr(spec, "cluster", None), "additional_parameters", None) or {}
+    value = extra.get("nodelist") or extra.get("w")
+    return str(value) if value else None
 
 
 def exclude_and_delay(decision: Decision | None, task_id: str | None) -> None:

@@ -19,9 +19,9 @@ import httpx
 import psutil
 import pytest
 
-# Alone on the cluster (`make test` runs these after the parallel part): they preempt whole nodes
-# through `urgent`, reconfigure the preemption signal, or time jobs that must share one node.
-pytestmark = [pytest.mark.slurm, pytest.mark.cluster_exclusive]
+# Only the test whose four jobs must share node2 at once is marked cluster_exclusive (`make test`
+# runs it after the parallel part, alone on the cluster); the others need only their own jobs.
+pytestmark = [pytest.mark.slurm]
 
 QUICK = ["verl.trainer.total_training_steps=2", "verl.trainer.save_freq=-1", "verl.trainer.test_freq=-1"]
 QUICK_ENV = {"FAKE_TRAINER_STEP_S": "0.2"}
@@ -130,6 +130,7 @@ def assert_nothing_left(run_dir: Path, ports: set[int] = frozenset(), tags: tupl
         time.sleep(0.5)
 
 
+@pytest.mark.cluster_exclusive
 @pytest.mark.timeout(420)
 def test_four_jobs_on_one_node_at_once_get_disjoint_ports(kit, slurm, kit_overrides, tmp_path):
     run_dirs = sweep(

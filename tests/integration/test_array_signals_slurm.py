@@ -179,6 +179,7 @@ def run_to_time_limits(kit, points: list[dict], limited: tuple[int, ...], lead_s
     brought near (``kit.bring_time_limit_near``) once it has trained 2 steps, and the submitted limit
     back once it ended (the next attempt starts Ray under the submitted limit, as requeued jobs do)."""
     run_dirs = [Path(p["run_dir"]) for p in points]
+    (submitted,) = [int(o.split("=")[1]) for o in kit.slurm_cluster if o.startswith("cluster.timeout_min=")]
     near: set[tuple[int, int]] = set()
     restored: set[tuple[int, int]] = set()
     deadline = time.monotonic() + timeout
@@ -197,7 +198,7 @@ def run_to_time_limits(kit, points: list[dict], limited: tuple[int, ...], lead_s
             for done in sorted(p for p in near - restored if p[0] == i):
                 ended = state == "requeued" or (state == "running" and k > done[1])
                 if ended and kit.slurm_job(job)["JobState"] in ("PENDING", "RUNNING"):  # not while it completes
-                    kit.set_time_limit(job, 15)  # SLURM_TEST_CLUSTER's cluster.timeout_min
+                    kit.set_time_limit(job, submitted)
                     restored.add(done)
         if time.monotonic() > deadline:
             pytest.fail(f"points not final after {timeout:.0f} s: {[s.get('state') for s in statuses]}")

@@ -45,8 +45,8 @@ run: install
 cluster:
 	bash slurm/local_cluster.sh up
 
-# Two pytest workers (one test file each) share the local cluster; the files marked
-# cluster_exclusive (they preempt whole nodes or time jobs on one node) run after, alone.
+# Two pytest workers (one test file each) share the local cluster; the tests marked
+# cluster_exclusive (they preempt whole nodes or need one node's GPUs to themselves) run after, alone.
 test: install cluster
 	$(PY) -m pytest -q -n 2 --dist loadfile -m "not cluster_exclusive" --durations=20
 	$(PY) -m pytest -q -m cluster_exclusive --durations=10

@@ -18,6 +18,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # --- the kit end to end: sweeps through launch/sweep.py, jobs on the local Slurm cluster ---------
 
 import json  # noqa: E402
+import math  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
@@ -114,6 +115,43 @@ def manifest(sweep_dir: Path) -> dict:
     return json.loads((Path(sweep_dir) / "manifest.json").read_text())
 
 
+def slurm_job(job_id: str) -> dict[str, str]:
+    """``scontrol show job -o <job id>`` (``<array id>_<task id>`` for a task) as a dict of its fields."""
+    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return dict(f.split("=", 1) for f in out.stdout.split() if "=" in f)
+
+
+def set_time_limit(job_id: str, minutes: int) -> None:
+    """``scontrol update JobId=<job id> TimeLimit=<minutes>``: a job's (or one array task's) limit."""
+    out = subprocess.run(
+        ["scontrol", "update", f"JobId={job_id}", f"TimeLimit={minutes}"], capture_output=True, text=True, timeout=30
+    )
+    assert out.returncode == 0, out.stderr
+
+
+def bring_time_limit_near(job_id: str, lead_s: float) -> int:
+    """Lower a running job's time limit so that Slurm's own ``--signal`` warning (``lead_s`` before
+    the limit) is due within about a minute, instead of after the minutes of a submitted limit that
+    must first cover the job's start (Ray's start takes 40-80 s on a loaded 2-core host).
+
+    Slurm keeps limits in whole minutes: the new limit is the first whole minute that leaves at least
+    ``lead_s - 5`` s, so the time left is then in [lead_s - 5, lead_s + 55) s; Slurm sends the warning at
+    its next periodic check (every 30 s) once the time left is at most ``lead_s``: with 0-35 s left
+    below the lead, as a submitted ``--time`` gives it. Real Slurm does all of it (a user may lower
+    their own job's limit); the limit stays with the job, so a test whose job is requeued puts the
+    submitted one back (:func:`set_time_limit`) before the next attempt needs it. Returns the new
+    limit (minutes)."""
+    from grpokit.slurm.times import parse_time_s
+
+    job = slurm_job(job_id)
+    assert job["JobState"] == "RUNNING", job
+    elapsed = parse_time_s(job["RunTime"]) or 0.0
+    minutes = max(1, math.ceil((elapsed + lead_s - 5) / 60))
+    set_time_limit(job_id, minutes)
+    return minutes
+
+
 class _Kit:
     """Helpers for end-to-end tests, handed out by the ``kit`` fixture (tests cannot import conftest)."""
 
@@ -127,6 +165,9 @@ class _Kit:
     wait_final = staticmethod(wait_final)
     read_status = staticmethod(read_status)
     manifest = staticmethod(manifest)
+    slurm_job = staticmethod(slurm_job)
+    set_time_limit = staticmethod(set_time_limit)
+    bring_time_limit_near = staticmethod(bring_time_limit_near)
 
     @staticmethod
     def env() -> dict[str, str]:

@@ -174,13 +174,50 @@ def test_usr2_to_the_placeholder_task_requeues_only_it_with_and_without_batch(ki
 
 
 # --- Slurm's own warning at a short time limit ---------------------------------------------------
+def run_to_time_limits(kit, points: list[dict], limited: tuple[int, ...], lead_s: int, timeout: float) -> list[dict]:
+    """Follow the points until final; each attempt of the points ``limited`` gets its time limit
+    brought near (``kit.bring_time_limit_near``) once it has trained 2 steps, and the submitted limit
+    back once it ended (the next attempt starts Ray under the submitted limit, as requeued jobs do)."""
+    run_dirs = [Path(p["run_dir"]) for p in points]
+    (submitted,) = [int(o.split("=")[1]) for o in kit.slurm_cluster if o.startswith("cluster.timeout_min=")]
+    near: set[tuple[int, int]] = set()
+    restored: set[tuple[int, int]] = set()
+    deadline = time.monotonic() + timeout
+    while True:
+        statuses = [kit.read_status(d) for d in run_dirs]
+        if all(s.get("state") in kit.final for s in statuses):
+            return statuses
+        for i in limited:
+            state, attempts, job = statuses[i].get("state"), statuses[i].get("attempts") or [], points[i]["job_id"]
+            k = len(attempts)
+            if (i, k) not in near and state == "running" and attempts[-1].get("ended_by") is None:
+                path = run_dirs[i] / "attempts" / str(k) / "metrics.jsonl"
+                if path.exists() and len(path.read_text().splitlines()) >= 2:
+                    kit.bring_time_limit_near(job, lead_s)
+                    near.add((i, k))
+            for done in sorted(p for p in near - restored if p[0] == i):
+                ended = state == "requeued" or (state == "running" and k > done[1])
+                if ended and kit.slurm_job(job)["JobState"] in ("PENDING", "RUNNING"):  # not while it completes
+                    kit.set_time_limit(job, submitted)
+                    restored.add(done)
+        if time.monotonic() > deadline:
+            pytest.fail(f"points not final after {timeout:.0f} s: {[s.get('state') for s in statuses]}")
+        time.sleep(0.5)
+
+
 @pytest.mark.timeout(600)
 def test_time_limit_warnings_are_counted_per_task_and_final_points_never_restart(kit, slurm, kit_overrides, tmp_path):
-    """3 points at a 3-minute limit, Slurm's own ``--signal`` 60 s before it, one time-out requeue.
+    """3 points, Slurm's own ``--signal`` warning 60 s before each task's limit, one time-out requeue.
 
     Before: the placeholder read a sibling's time left (``squeue -j <array id>`` lists every
     task), so a warning counted as a preemption and escaped the budget (3 time-out attempts with
     ``max_timeout_requeues=1``), and points already ``failed (timeout)`` were requeued by a sibling.
+
+    Real condition kept: slurmctld itself sends each task's ``--signal=USR2@60`` warning at that
+    task's own limit, and the tasks' limits differ (one task never gets one), so only the task's own
+    line of squeue tells its time left. The limit is lowered with ``scontrol update TimeLimit=``
+    once an attempt trains (``kit.bring_time_limit_near``) instead of a 3-minute ``--time`` whose
+    warning came 2 minutes into every attempt; the warning still comes 0-35 s below the lead.
     """
     budget = 1
     points = sweep(
@@ -190,22 +227,20 @@ def test_time_limit_warnings_are_counted_per_task_and_final_points_never_restart
         [
             *kit_overrides,
             *kit.slurm_cluster,
-            # the shortest limit that leaves a loaded 2-core test machine time to train after
-            # Ray's start (40-80 s here); Slurm sends the warning up to 30 s before the lead
-            "cluster.timeout_min=3",
             "cluster.signal_delay_s=60",
             f"runtime.max_timeout_requeues={budget}",
             "verl.trainer.save_freq=5",
             "verl.trainer.test_freq=-1",
             # all of GSM8K's rows (934 steps), so that the last point's target is in its data
             "verl.data.train_max_samples=-1",
-            # one point done within its first allocation, one needing a second, one never done
-            "verl.trainer.total_training_steps=6,60,900",
+            # one point done within its first allocation, one needing a second (a limit brought near
+            # after 2 steps ends the attempt within 90 s: < 185 steps of 0.5 s), one never done
+            "verl.trainer.total_training_steps=6,200,900",
         ],
         env={"FAKE_TRAINER_STEP_S": "0.5"},
     )
     run_dirs = [Path(p["run_dir"]) for p in points]
-    statuses = kit.wait_final(run_dirs, timeout=500)
+    statuses = run_to_time_limits(kit, points, limited=(1, 2), lead_s=60, timeout=500)
     jobs = wait_slurm_done([p["job_id"] for p in points], timeout=120)
     time.sleep(15)  # longer than a requeued job's wait to run again: nothing may start now
     after = [kit.read_status(d) for d in run_dirs]

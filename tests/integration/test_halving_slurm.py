@@ -1,4 +1,4 @@
-"""Successive halving (halving.rungs) on the local Slurm cluster: 8 -> 4 -> 2 points.
+"""Successive halving (halving.rungs) on the local Slurm cluster: 4 -> 2 -> 1 points.
 
 Real: Hydra, validation, submitit, Slurm (arrays, afterany dependencies), Ray, the driver, the
 halving controller jobs and the restart of one (its first controller is cancelled while it waits,
@@ -43,10 +43,19 @@ def _wait_halving_done(sweep_dir: Path, timeout: float) -> dict:
         time.sleep(2.0)
 
 
-@pytest.mark.timeout(1500)  # 14 point starts, 4 at once, plus 2 controllers; a loaded 2-core host takes minutes each
-def test_halving_8_to_4_to_2_survivors_resume_pruned_say_why(kit, slurm, kit_overrides, tmp_path):
+@pytest.mark.timeout(1500)  # 7 point starts, 4 at once, plus 2 controllers; a loaded 2-core host takes minutes each
+def test_halving_4_to_2_to_1_survivors_resume_pruned_say_why(kit, slurm, kit_overrides, tmp_path):
+    """4 points, rungs at steps 2 and 4, keep half: 2 pruned at rung 1, 1 at rung 2, 1 trains to step 6.
+
+    Real conditions kept: one Slurm array for the first stage, a controller job per rung behind an
+    ``afterany`` dependency on it, the first controller cancelled while it waits and its restart
+    (``afternotok``) doing its work, a completed controller's restart never running, the survivors
+    resubmitted twice and resuming from each rung's checkpoint (every step once), the pruned points
+    saying their rank and cut. 4 points give each kind of outcome (pruned at rung 1, pruned at rung 2,
+    completed) as 8 did, with 7 point starts instead of 14 (one array wave: array_parallelism 4).
+    """
     name = "halving"
-    ns = "2,3,4,5,6,7,8,9"
+    ns = "2,3,4,5"
     out = kit.run(
         "sweep.py",
         [
@@ -77,7 +86,7 @@ def test_halving_8_to_4_to_2_survivors_resume_pruned_say_why(kit, slurm, kit_ove
     print(json.dumps(state, indent=1))
 
     stages = state["stages"]
-    assert [len(s["points"]) for s in stages] == [8, 4, 2]
+    assert [len(s["points"]) for s in stages] == [4, 2, 1]
     assert [s["target"] for s in stages] == [2, 4, 6]
     points = {p["name"]: p for p in kit.manifest(sweep_dir)["points"]}
     submitit_dir = sweep_dir / "submitit"
@@ -89,12 +98,12 @@ def test_halving_8_to_4_to_2_survivors_resume_pruned_say_why(kit, slurm, kit_ove
     # On a loaded 2-core host a job may fail to start Ray: the start is tried again in the job, then
     # on another node (runtime.max_retries=1), so a point is "out" of the ranking (failed, never
     # pruned, never continued) only when Ray failed four times; the best of the others go on
-    # (max(1, floor(0.5 x 8)) = 4, then 2), best = largest n.
+    # (max(1, floor(0.5 x 4)) = 2, then 1), best = largest n.
     out = stages[0]["out"]
     assert len(out) <= 1 and all(kit.read_status(points[n]["run_dir"]).get("last_step") is None for n in out), out
     ranked = [n for n in sorted(points, key=lambda n: -int(points[n]["swept"]["verl.actor_rollout_ref.rollout.n"]))]
     ranked = [n for n in ranked if n not in out]
-    assert stages[1]["points"] == ranked[:4] and stages[2]["points"] == ranked[:2]
+    assert stages[1]["points"] == ranked[:2] and stages[2]["points"] == ranked[:1]
     assert [r["name"] for r in stages[0]["ranked"]] == ranked
 
     for n, entry in points.items():
@@ -122,6 +131,6 @@ def test_halving_8_to_4_to_2_survivors_resume_pruned_say_why(kit, slurm, kit_ove
     states = {r["name"]: (r["state"], r["step"]) for r in rows}
     print(kit.run("status.py", [str(sweep_dir), "--width", "250"], timeout=120).stdout)
     expected = (
-        [("completed", 6)] * 2 + [("pruned", 4)] * 2 + [("pruned", 2)] * (4 - len(out)) + [("failed", None)] * len(out)
+        [("completed", 6)] * 1 + [("pruned", 4)] * 1 + [("pruned", 2)] * (2 - len(out)) + [("failed", None)] * len(out)
     )
     assert sorted(states.values(), key=str) == sorted(expected, key=str)

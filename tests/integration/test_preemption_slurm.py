@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-# Alone on the cluster (`make test` runs these after the parallel part): they preempt whole nodes
-# through `urgent`, reconfigure the preemption signal, or time jobs that must share one node.
-pytestmark = [pytest.mark.slurm, pytest.mark.cluster_exclusive]
+# The tests that preempt whole nodes through `urgent` (and reconfigure the preemption signal) are
+# marked cluster_exclusive: `make test` runs them after the parallel part, alone on the cluster.
+# The others need only their own jobs and run in the parallel part.
+pytestmark = [pytest.mark.slurm]
 
 
 def preempt_signal(kit, mode: str) -> None:
@@ -98,6 +99,7 @@ def check_redone(steps: list[list[int]], allowed: int) -> None:
         done += attempt
 
 
+@pytest.mark.cluster_exclusive
 def test_point_survives_two_preemptions_and_a_time_limit(
     kit, slurm, kit_overrides, tmp_path, user_signal_on_preemption
 ):
@@ -164,6 +166,13 @@ def test_kill_during_a_save_resumes_from_the_last_complete_step(kit, kit_overrid
 
 
 def test_resubmit_takes_exactly_the_failed_and_the_timed_out_point(kit, slurm, kit_overrides, tmp_path):
+    """A crash (fail-once), a time-out (slow-once) and a completed point; resubmit.py takes the first two.
+
+    Real condition kept: the slow point ends ``failed (timeout)`` on Slurm's own ``--signal`` warning
+    at its time limit (``max_timeout_requeues=0``). Its limit is brought near by ``scontrol update
+    TimeLimit=`` once it trains (``kit.bring_time_limit_near``) instead of a 3-minute ``--time``, and
+    the test needs only its own jobs (it runs in the parallel part of ``make test``).
+    """
     out = kit.run(
         "sweep.py",
         [
@@ -171,7 +180,6 @@ def test_resubmit_takes_exactly_the_failed_and_the_timed_out_point(kit, slurm, k
             *kit_overrides,
             *kit.slurm_cluster,
             "sweep_name=resub",
-            "cluster.timeout_min=3",
             "runtime.max_timeout_requeues=0",
             "runtime.max_retries=0",  # the crashed point must end failed for resubmit.py to take it
             "verl.trainer.total_training_steps=25",
@@ -184,6 +192,12 @@ def test_resubmit_takes_exactly_the_failed_and_the_timed_out_point(kit, slurm, k
     sweep = tmp_path / "logs" / "resub"
     points = kit.manifest(sweep)["points"]
     run_dirs = [Path(p["run_dir"]) for p in points]
+    slow = run_dirs[1] / "attempts" / "1" / "metrics.jsonl"  # slow-once: 6 s a step, 150 s for its 25
+    deadline = time.monotonic() + 300
+    while not (slow.exists() and len(slow.read_text().splitlines()) >= 2):
+        assert time.monotonic() < deadline, kit.read_status(run_dirs[1])
+        time.sleep(0.5)
+    kit.bring_time_limit_near(points[1]["job_id"], lead_s=60)  # cluster.signal_delay_s of SLURM_TEST_CLUSTER
     first = kit.wait_final(run_dirs, timeout=600)
     assert [s["state"] for s in first] == ["failed", "failed", "completed"], [s.get("reason") for s in first]
     assert first[1]["attempts"][-1]["ended_by"] == "timeout"
@@ -220,6 +234,7 @@ def test_resubmit_takes_exactly_the_failed_and_the_timed_out_point(kit, slurm, k
     assert second["checkpoint_set_aside"].endswith(why), second["checkpoint_set_aside"]
 
 
+@pytest.mark.cluster_exclusive
 def test_sbatch_single_run_survives_a_preemption_without_user_signal(kit, slurm, kit_overrides, tmp_path):
     """Plain SIGTERM + KillWait: the trainer dies, Slurm requeues, the run resumes from its last save."""
     job = subprocess.run(

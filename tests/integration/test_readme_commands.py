@@ -129,6 +129,29 @@ def wait_batch_job(job: str) -> str:
         time.sleep(3)
 
 
+def settle_sweeps(pending: list[tuple[str, Path]], env: dict[str, str], failures: list[str]) -> None:
+    """Await the sweeps ``(command, sweep folder)`` started before; a point not completed/skipped fails."""
+    for text, sweep_dir in pending:
+        bad = [(r["name"], r["state"], r["reason"]) for r in wait_sweep(sweep_dir, env)]
+        bad = [b for b in bad if b[1] not in GOOD_STATES]
+        if bad:
+            failures.append(f"{text}: points not completed/skipped_no_gpu: {bad}")
+    pending.clear()
+
+
+def settle_jobs(jobs: list[tuple[str, str]], made: set[Path], failures: list[str]) -> None:
+    """Await the batch jobs ``(command, job id)`` submitted before; a job not COMPLETED fails."""
+    for text, job in jobs:
+        state = wait_batch_job(job)
+        made.update(REPO.glob(f"logs/*_job{job}"))
+        made.add(REPO / "logs" / f"grpokit_{job}.out")
+        if state != "COMPLETED":
+            log = REPO / "logs" / f"grpokit_{job}.out"
+            tail = log.read_text()[-2000:] if log.exists() else ""
+            failures.append(f"{text}: batch job {job} ended {state}\n{tail}")
+    jobs.clear()
+
+
 def documents() -> list[Path]:
     return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
@@ -144,15 +167,30 @@ def test_every_documented_command_is_recognised():
 
 
 def test_readme_and_docs_commands_run_as_written(slurm):
+    """Every command of the README's and docs' bash blocks, as written, in order; every job they
+    submit is followed to its final state.
+
+    A reader does not wait for a submitted sweep before typing the next command: a sweep's (or a
+    batch job's) jobs are followed while the commands after it run, and awaited before a command
+    that works on that sweep (it names ``<sweep>``/``<point>`` or the sweep's name, as a resume
+    does) and at the end of each document. Each submitted job still has to end well.
+    """
     env = documented_env()
     ran, skipped, failures = [], [], []
     made: set[Path] = set()  # sweep folders and batch-job outputs the commands wrote under logs/
     for doc in documents():
         placeholders: dict[str, str] = {}
+        pending: list[tuple[str, Path]] = []  # (the command as run, a sweep it started)
+        jobs: list[tuple[str, str]] = []  # (the command as run, a batch job it submitted)
+
         for cmd in shell_commands(doc):
             if cmd.skip:
                 skipped.append(f"{cmd.source}: {cmd.text}  <- {cmd.skip}")
                 continue
+            if PLACEHOLDER.search(cmd.text.split("#")[0]) or any(
+                re.search(rf"\bsweep_name={re.escape(d.name)}\b", cmd.text) for _, d in pending
+            ):
+                settle_sweeps(pending, env, failures)  # the command works on a sweep started before: its jobs end first
             text = cmd.text
             for name, value in placeholders.items():
                 text = text.replace(name, value)
@@ -168,8 +206,8 @@ def test_readme_and_docs_commands_run_as_written(slurm):
             if res.returncode != 0:
                 failures.append(f"{cmd.source}: exit {res.returncode}: {text}\n{output[-3000:]}")
                 continue
-            # Follow what the command started until it is final: a sweep it printed, or (status,
-            # report, resubmit) the sweep the block works on, which a resubmission may have restarted.
+            # Follow what the command started: a sweep it printed, or (status, report, resubmit) the
+            # sweep the block works on, which a resubmission may have restarted.
             sweeps = [Path(p) for p in SWEEP_PRINTED.findall(output)]
             if not sweeps and "<sweep>" in cmd.text:
                 sweeps = [REPO / "logs" / placeholders["<sweep>"]]
@@ -178,18 +216,10 @@ def test_readme_and_docs_commands_run_as_written(slurm):
                 placeholders["<sweep>"] = sweep_dir.name
                 points = json.loads((sweep_dir / "manifest.json").read_text())["points"]
                 placeholders["<point>"] = Path(points[0]["run_dir"]).name
-                bad = [(r["name"], r["state"], r["reason"]) for r in wait_sweep(sweep_dir, env)]
-                bad = [b for b in bad if b[1] not in GOOD_STATES]
-                if bad:
-                    failures.append(f"{cmd.source}: {text}: points not completed/skipped_no_gpu: {bad}")
-            for job in SBATCH_PRINTED.findall(output):
-                state = wait_batch_job(job)
-                made.update(REPO.glob(f"logs/*_job{job}"))
-                made.add(REPO / "logs" / f"grpokit_{job}.out")
-                if state != "COMPLETED":
-                    log = REPO / "logs" / f"grpokit_{job}.out"
-                    tail = log.read_text()[-2000:] if log.exists() else ""
-                    failures.append(f"{cmd.source}: {text}: batch job {job} ended {state}\n{tail}")
+                pending.append((f"{cmd.source}: {text}", sweep_dir))
+            jobs.extend((f"{cmd.source}: {text}", job) for job in SBATCH_PRINTED.findall(output))
+        settle_sweeps(pending, env, failures)
+        settle_jobs(jobs, made, failures)
     print("ran:\n  " + "\n  ".join(ran) + "\nskipped:\n  " + "\n  ".join(skipped))
     assert not failures, "\n\n".join(failures)
     for path in made:  # kept for inspection when a command failed

@@ -20,9 +20,10 @@ import httpx
 import psutil
 import pytest
 
-# Alone on the cluster (`make test` runs these after the parallel part): they preempt whole nodes
-# through `urgent`, reconfigure the preemption signal, or time jobs that must share one node.
-pytestmark = [pytest.mark.slurm, pytest.mark.cluster_exclusive]
+# Marked cluster_exclusive (`make test` runs them after the parallel part, alone on the cluster):
+# the four jobs that must share node2 at once, the worker node set down, and the two users' jobs
+# pinned together on node3; the others need only their own jobs.
+pytestmark = [pytest.mark.slurm]
 
 QUICK = ["verl.trainer.total_training_steps=2", "verl.trainer.save_freq=-1", "verl.trainer.test_freq=-1"]
 QUICK_ENV = {"FAKE_TRAINER_STEP_S": "0.2"}
@@ -131,6 +132,7 @@ def assert_nothing_left(run_dir: Path, ports: set[int] = frozenset(), tags: tupl
         time.sleep(0.5)
 
 
+@pytest.mark.cluster_exclusive
 @pytest.mark.timeout(420)
 def test_four_jobs_on_one_node_at_once_get_disjoint_ports(kit, slurm, kit_overrides, tmp_path):
     run_dirs = sweep(
@@ -203,6 +205,7 @@ def hostnames(nodelist: str) -> list[str]:
     return out.stdout.split()
 
 
+@pytest.mark.cluster_exclusive
 @pytest.mark.timeout(420)
 def test_two_node_job_starts_one_head_and_one_worker_and_survives_its_worker_node_going_down(
     kit, slurm, kit_overrides, tmp_path
@@ -474,6 +477,7 @@ def restore_modes(changed: dict[Path, int]) -> None:
         folder.chmod(mode)
 
 
+@pytest.mark.cluster_exclusive
 @pytest.mark.timeout(420)
 def test_two_users_run_sweeps_on_one_node_at_once_with_each_others_files_present(
     kit, slurm, kit_overrides, tiny_model_dir, gsm8k_dir, tmp_path

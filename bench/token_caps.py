@@ -109,7 +109,9 @@ for the entropy and one product of both, each ``VOCAB`` bf16 values per token (1
 read in verl's ``transformer_impl``, not measured)."""
 RESERVED_PER_ALLOCATED = MEASURED["actor_reserved_gib"] / MEASURED["actor_alloc_gib"]
 """The caching allocator's reserve over the peak allocation, in the measured step (1.08)."""
-_CAL = micro_batches(MEASURED["step_cap"], MEASURED["step_seqs"], MEASURED["step_tokens"] / 64, MEASURED["step_longest"])
+_CAL = micro_batches(
+    MEASURED["step_cap"], MEASURED["step_seqs"], MEASURED["step_tokens"] / 64, MEASURED["step_longest"]
+)
 UPDATE_BASE_GIB = MEASURED["all_update_mib"] / 1024 - RESERVED_PER_ALLOCATED * FB_GIB_PER_TOKEN * _CAL.padded
 """All processes during the update without the micro batch's activations (19.2 GiB): fp32 parameters,
 gradients, AdamW states, the ref model, the sleeping vLLM engine, CUDA contexts."""
@@ -200,8 +202,14 @@ def predict_step(update_cap: int, log_prob_cap: int) -> dict[str, float]:
     lp = predict_log_prob_s(micro_batches(log_prob_cap, seqs, mean, longest), tokens)
     gen = sum(MEASURED["gen_s"]) / len(MEASURED["gen_s"])
     step = gen + 2 * lp + upd + MEASURED["rest_s"]
-    return {"gen": gen, "old_log_prob": lp, "ref": lp, "update_actor": upd, "step": step,
-            "floor_multiple": step / MEASURED["floor_s"]}
+    return {
+        "gen": gen,
+        "old_log_prob": lp,
+        "ref": lp,
+        "update_actor": upd,
+        "step": step,
+        "floor_multiple": step / MEASURED["floor_s"],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,16 +227,22 @@ def main(argv: list[str] | None = None) -> int:
         s = micro_batches(m * 1536, seqs, mean, longest)
         print(
             f"| {m * 1536} | {s.count} | {s.padded} | {predict_update_gib(s.padded):.1f} | "
-            f"{predict_update_s(s, tokens):.1f} | {predict_log_prob_gib(s.padded):.1f} | {predict_log_prob_s(s, tokens):.1f} |"
+            f"{predict_update_s(s, tokens):.1f} | {predict_log_prob_gib(s.padded):.1f} | "
+            f"{predict_log_prob_s(s, tokens):.1f} |"
         )
     for kind in ("update", "log_prob"):
         c = largest_cap(kind, budget)
-        print(f"largest {kind} cap under the budget: {c.cap} ({c.multiple} x 1536): {c.peak_gib:.1f} GiB "
-              f"(all sequences full length: {c.worst_gib:.1f} GiB)")
+        print(
+            f"largest {kind} cap under the budget: {c.cap} ({c.multiple} x 1536): {c.peak_gib:.1f} GiB "
+            f"(all sequences full length: {c.worst_gib:.1f} GiB)"
+        )
     upd, lp = PROFILE_UPDATE_MULTIPLE * 1536, PROFILE_LOG_PROB_MULTIPLE * 1536
     print(f"profile: update cap {upd}, log-prob caps {lp}")
     print("predicted step:", ", ".join(f"{k} {v:.1f}" for k, v in predict_step(upd, lp).items()))
-    print(f"generation on a {args.gpu_total_mib:.0f} MiB GPU at share 0.3: {predict_generation_gib(args.gpu_total_mib):.1f} GiB")
+    print(
+        f"generation on a {args.gpu_total_mib:.0f} MiB GPU at share 0.3: "
+        f"{predict_generation_gib(args.gpu_total_mib):.1f} GiB"
+    )
     return 0
 
 

@@ -45,10 +45,11 @@
 #               batch 4 x n 8, response 64, lr 1e-3, 20 steps); the reward (critic/score/mean) of
 #               steps 16..20 is at least 0.05 above steps 1..5 (smoke_check.py learned), then
 #               launch/report.py draws the curve (<sweep>/report/curves.png). hardware=h200: no
-#               offload, micro batches by tokens, so a step is short. Alone (SMOKE_PHASES="model
-#               data learn"), estimated from the measured phases below (docs/gpu-smoke.md): stack 19
-#               + model 13 + data 2 + validation 15 + Ray 12 + verl/vLLM start-up ~185 + step 1
-#               (Triton compile) ~35 + 19 steps x ~4 + report ~10 = ~370 s (about 6 minutes).
+#               offload, micro batches by tokens, so a step is short. GPU time alone
+#               (SMOKE_PHASES="model data learn"), estimated from the phases docs/gpu-smoke.md and
+#               docs/gpu-stack.md measured, not measured itself: stack 19 + model 13 + data 2 +
+#               validation 15 + Ray 12 + verl/vLLM start-up ~185 + step 1 (Triton compile) ~35 +
+#               19 steps x ~4.5 + 2 validations 4 + save, teardown ~7 + report ~10 = ~390 s (6.5 min).
 # With 2 or more GPUs, `tools` is pinned to GPU 0 (CUDA_VISIBLE_DEVICES=0: a true one-GPU run),
 # `signal` and `memalpha` to GPU 1; the rest shares GPU 0.
 set -euo pipefail

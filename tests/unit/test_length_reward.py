@@ -115,3 +115,17 @@ def test_the_check_fails_when_a_step_has_no_score(smoke_check, tmp_path):
         smoke_check.learning(_metrics(tmp_path, scores), steps=20, window=5, margin=0.05)
     with pytest.raises(smoke_check.CheckFailed, match="windows would overlap"):
         smoke_check.learning(_metrics(tmp_path, [0.4] * 8), steps=8, window=5, margin=0.05)
+
+
+def test_the_rehearsal_trainer_calls_the_length_reward_with_typed_kwargs(gsm8k_dir):
+    # rehearse=true runs the experiment's reward once with the command line's values, as verl's would
+    from grpokit.rehearsal.rehearsal_trainer import call_reward
+
+    cfg = {
+        "reward.custom_reward_function.path": str(package_file("tasks/length/reward.py")),
+        "reward.custom_reward_function.name": "compute_score",
+        "reward.custom_reward_function.reward_kwargs.max_chars": "512",  # text on the command line, int for verl
+        "data.val_files": str(gsm8k_dir / "test.parquet"),
+    }
+    got = call_reward(cfg)
+    assert set(got) == {"reward/score", "reward/chars"} and 0 < got["reward/score"] < 1

@@ -61,10 +61,10 @@ def test_the_learn_phase_point_validates_and_verl_loads_the_length_reward(base):
     assert cfg.actor_rollout_ref.rollout.n == 8 and cfg.data.max_response_length == 64
     assert cfg.actor_rollout_ref.actor.optim.lr == 1e-3
     crf = cfg.reward.custom_reward_function
-    assert crf.path == str(package_file("tasks/length/reward.py")) and crf.reward_kwargs.max_chars == 64 * 8
+    assert crf.path == str(package_file("tasks/length/reward.py")) and crf.reward_kwargs.max_chars == 64 * 4
     fn = get_custom_reward_fn(cfg)  # verl's own loader: imports the file by path, binds reward_kwargs
     assert fn(data_source="openai/gsm8k", solution_str="x" * 128, ground_truth="18", extra_info={}) == {
-        "score": 0.75,
+        "score": 0.5,
         "chars": 128.0,
     }
 

@@ -8,9 +8,9 @@ Formula::
 ``solution_str`` is what verl's reward loop decodes from the response's valid tokens with
 ``skip_special_tokens=True`` (verl 0.9.1, ``experimental/reward_loop/reward_manager/naive.py``): the
 end-of-sequence token counts nothing, so ending early is what scores. ``max_chars`` comes from
-``reward.custom_reward_function.reward_kwargs.max_chars`` (``experiment=length_grpo`` sets it to 8
-characters per response token, above the ~5 of the tiny model's tokens, so a response that runs to
-the token limit still differs in score from another one by its characters).
+``reward.custom_reward_function.reward_kwargs.max_chars``: ``experiment=length_grpo`` sets it to 4
+characters per response token, below the ~4.8 of the tiny model's tokens, so that a response that
+runs to the token limit scores about 0 and only ending early scores.
 """
 
 from __future__ import annotations

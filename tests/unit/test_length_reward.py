@@ -93,10 +93,11 @@ def _metrics(tmp_path: Path, scores: list[float | None]) -> list[dict]:
 
 
 def test_the_check_passes_a_rising_reward(smoke_check, tmp_path):
-    # the CPU replay's shape: flat, then rising (docs/gpu-smoke.md)
-    scores = [0.41, 0.43, 0.41, 0.44, 0.42, 0.43, 0.45, 0.44, 0.47, 0.46] + [0.48 + 0.02 * i for i in range(10)]
+    # the CPU replay of experiment=length_grpo (docs/gpu-smoke.md): flat near 0, then rising
+    scores = [0.0, 0.078, 0.016, 0.023, 0.017, 0.0, 0.043, 0.024, 0.078, 0.029]
+    scores += [0.098, 0.116, 0.047, 0.184, 0.295, 0.287, 0.383, 0.491, 0.494, 0.612]
     got = smoke_check.learning(_metrics(tmp_path, scores), steps=20, window=5, margin=0.05)
-    assert got["first"] == pytest.approx(0.422) and got["last"] == pytest.approx(0.62)
+    assert got["first"] == pytest.approx(0.0268) and got["last"] == pytest.approx(0.4534)
 
 
 def test_the_check_fails_a_flat_or_falling_reward_naming_the_key_and_the_curve(smoke_check, tmp_path):

@@ -40,6 +40,16 @@
 #               tools ran (num_turns > 2, tool_calls > 0, tool reward > 0)
 #   tools2      the same on two GPUs (cluster.gpus_per_node=2, trainer.n_gpus_per_node=2: the
 #               reference run's setting); only where 2 GPUs are visible, else SKIPPED
+#   learn       the learning proof: launch/sweep.py -m cluster=local model=tiny hardware=h200
+#               experiment=length_grpo (GSM8K prompts, the length reward of grpokit.tasks.length,
+#               batch 4 x n 8, response 64, lr 1e-3, 20 steps); the reward (critic/score/mean) of
+#               steps 16..20 is at least 0.05 above steps 1..5 (smoke_check.py learned), then
+#               launch/report.py draws the curve (<sweep>/report/curves.png). hardware=h200: no
+#               offload, micro batches by tokens, so a step is short. GPU time alone
+#               (SMOKE_PHASES="model data learn"), estimated from the phases docs/gpu-smoke.md and
+#               docs/gpu-stack.md measured, not measured itself: stack 19 + model 13 + data 2 +
+#               validation 15 + Ray 12 + verl/vLLM start-up ~185 + step 1 (Triton compile) ~35 +
+#               19 steps x ~4.5 + 2 validations 4 + save, teardown ~7 + report ~10 = ~390 s (6.5 min).
 # With 2 or more GPUs, `tools` is pinned to GPU 0 (CUDA_VISIBLE_DEVICES=0: a true one-GPU run),
 # `signal` and `memalpha` to GPU 1; the rest shares GPU 0.
 set -euo pipefail
@@ -48,7 +58,7 @@ CMD=${1:-run}
 W=${2:-/tmp/grpokit-smoke}
 PY=${PYTHON:-python3}
 SHARED=${GRPOKIT_SHARED_DATA:-../shared/data}
-ALL_PHASES="stack model data sweep merge eval signal memalpha tool_calls tool_caller tools tools2"
+ALL_PHASES="stack model data sweep merge eval signal memalpha tool_calls tool_caller tools tools2 learn"
 PHASES=${SMOKE_PHASES:-$ALL_PHASES}
 [[ " $PHASES " == *" stack "* ]] || PHASES="stack $PHASES" # always: the GPU and the imports
 ROLLOUT_MEM=${SMOKE_ROLLOUT_MEM:-0.1}
@@ -111,7 +121,7 @@ pack)
     cd "$W"
     find . \( -name checkpoints -o -name hf -o -name models -o -name data -o -name tensorboard -o -name .secrets \) -prune -o \
         -type f \( -name '*.log' -o -name '*.json' -o -name '*.jsonl' -o -name '*.md' -o -name '*.sh' \
-        -o -name '*.tsv' -o -path './phases/*' \) -size -20M -print |
+        -o -name '*.tsv' -o -name '*.png' -o -path './phases/*' \) -size -20M -print |
         tar czf "$out" -T -
     ls -la "$out"
     exit 0
@@ -295,6 +305,19 @@ tools_phase() { # tools_phase GPUS SWEEP_NAME
     check tools "$W/logs/$name" --steps 2 "${expect[@]}"
 }
 
+learn_phase() {
+    local sweep=$W/logs/smoke_learn
+    rm -rf "$sweep"
+    "$PY" launch/sweep.py -m cluster=local model=tiny hardware=h200 experiment=length_grpo \
+        "experiment.data_dir=$W/data/gsm8k" "logs_root=$W/logs" sweep_name=smoke_learn "${VLLM_SHARE[@]}" || return 1
+    "$PY" launch/report.py "$sweep" --no-slurm || return 1
+    [[ -s $sweep/report/curves.png ]] || {
+        echo "no $sweep/report/curves.png"
+        return 1
+    }
+    check learned "$sweep" --steps 20 --window 5 --margin 0.05
+}
+
 say "work dir $W, phases: $PHASES"
 stack_phase() {
     nvidia-smi -L || {
@@ -349,6 +372,7 @@ has signal && later 4 phase signal signal_phase
 has memalpha && later 8 phase memalpha memalpha_phase
 if has tool_caller || has tools || has tools2; then later 12 tool_caller_then_tools; fi
 has tool_calls && later 16 phase tool_calls tool_calls_phase
+has learn && later 20 phase learn learn_phase
 if has merge; then
     later 0 merge_then_eval
 elif has eval; then

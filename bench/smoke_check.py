@@ -9,6 +9,7 @@
     python bench/smoke_check.py evaluated RUN_DIR
     python bench/smoke_check.py memalpha RUN_DIR --steps 2
     python bench/smoke_check.py tools SWEEP_DIR --steps 2 [--expect-tool-calls]
+    python bench/smoke_check.py learned SWEEP_DIR --steps 20 [--window 5] [--margin 0.05]
     python bench/smoke_check.py report WORK_DIR [--json OUT]
     python bench/smoke_check.py table WORK_DIR [--phases "model data ..."]
 
@@ -226,6 +227,45 @@ def cmd_tools(args) -> None:
     )
 
 
+SCORE_KEY = "critic/score/mean"  # verl's mean reward-function score of the step's rollouts
+
+
+def learning(rows: list[dict[str, Any]], steps: int, window: int, margin: float) -> dict[str, float]:
+    """The reward rose: the mean of ``critic/score/mean`` over the last ``window`` steps exceeds the
+    first ``window`` steps' by at least ``margin``. rows: metrics records (``{"step", "data"}``) of
+    steps 1..steps. Returns ``{"first", "last", "rise"}``; raises CheckFailed naming the key."""
+    _expect(steps >= 2 * window, f"--steps {steps} is below 2 x --window {window}: the windows would overlap")
+    by_step = {int(r["step"]): r["data"].get(SCORE_KEY) for r in rows}
+    missing = [s for s in range(1, steps + 1) if by_step.get(s) is None]
+    _expect(not missing, f"metrics.jsonl has no {SCORE_KEY} at step(s) {missing}")
+    scores = [float(by_step[s]) for s in range(1, steps + 1)]
+    first, last = sum(scores[:window]) / window, sum(scores[-window:]) / window
+    _expect(
+        last - first >= margin,
+        f"{SCORE_KEY} did not rise: mean of steps 1..{window} {first:.4f}, of steps {steps - window + 1}..{steps} "
+        f"{last:.4f} (+{last - first:.4f} < {margin}); per step {[round(x, 3) for x in scores]}",
+    )
+    return {"first": first, "last": last, "rise": last - first}
+
+
+def cmd_learned(args) -> None:
+    """One completed point whose reward rose (:func:`learning`); prints the curve and the lengths."""
+    sweep = Path(args.dir)
+    points = json.loads((sweep / "manifest.json").read_text())["points"]
+    _expect(len(points) == 1, f"{sweep}/manifest.json has {len(points)} points, expected 1")
+    run = Path(points[0]["run_dir"])
+    check_finished(run, args.steps)
+    rows = _metric_rows(run)
+    got = learning(rows, args.steps, args.window, args.margin)
+    lengths = [r["data"].get("response_length/mean") for r in rows]
+    print(f"curve {SCORE_KEY}: {[round(float(r['data'][SCORE_KEY]), 3) for r in rows]}")
+    print(
+        f"ok learned {run.name}: {SCORE_KEY} steps 1..{args.window} {got['first']:.3f} -> steps "
+        f"{args.steps - args.window + 1}..{args.steps} {got['last']:.3f} (+{got['rise']:.3f} >= {args.margin}); "
+        f"response_length/mean {lengths[0]} -> {lengths[-1]}"
+    )
+
+
 def cmd_merged(args) -> None:
     hf = Path(args.dir) / "hf"
     _expect((hf / "config.json").exists(), f"{hf}/config.json missing")
@@ -410,6 +450,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("dir")
     s.add_argument("--steps", type=int, default=2)
     s.add_argument("--expect-tool-calls", action="store_true")
+    s = sub.add_parser("learned")
+    s.add_argument("dir")
+    s.add_argument("--steps", type=int, default=20)
+    s.add_argument("--window", type=int, default=5, help="steps averaged at each end (5)")
+    s.add_argument("--margin", type=float, default=0.05, help="the rise the last window must show (0.05)")
     s = sub.add_parser("table")
     s.add_argument("dir")
     s.add_argument("--phases", default=None, help="phase names in table order (default: all recorded)")
@@ -433,6 +478,7 @@ def main(argv: list[str] | None = None) -> int:
             "wait-final": cmd_wait_final,
             "memalpha": cmd_memalpha,
             "tools": cmd_tools,
+            "learned": cmd_learned,
             "table": cmd_table,
             "report": cmd_report,
         }[args.cmd](args)

@@ -57,9 +57,11 @@ import math
 import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import orjson
+import yaml
 
 
 def write_pt(path: Path, obj: dict) -> None:
@@ -328,8 +330,11 @@ def call_reward(cfg: dict[str, str]) -> dict[str, float]:
 
     import pandas as pd
 
+    # typed as verl gets them from Hydra's override grammar (512 -> int, 0.5 -> float, text stays text)
     kwargs = {
-        k.rsplit(".", 1)[-1]: v for k, v in cfg.items() if k.startswith("reward.custom_reward_function.reward_kwargs.")
+        k.rsplit(".", 1)[-1]: yaml.safe_load(v)
+        for k, v in cfg.items()
+        if k.startswith("reward.custom_reward_function.reward_kwargs.")
     }
     spec = importlib.util.spec_from_file_location("custom_reward", path)
     module = importlib.util.module_from_spec(spec)
@@ -348,9 +353,11 @@ def call_reward(cfg: dict[str, str]) -> dict[str, float]:
             "episodic": [],
         }
         solution = json.dumps(memory)
-    else:  # tool calling: the agent loop's tool rewards for search -> read, then the answer
+    elif isinstance(ground_truth, Mapping):  # tool calling: the agent loop's tool rewards for search -> read
         solution = f"FINAL: {ground_truth['target_answer']}"
         extra_info["tool_rewards"] = [0.25, 0.75]
+    else:  # a plain answer (GSM8K's; the length task): the answer as the response
+        solution = f"#### {ground_truth}"
     result = fn(row["data_source"], solution, ground_truth, extra_info, **kwargs)
     if inspect.isawaitable(result):
         result = asyncio.run(result)

@@ -106,14 +106,10 @@ def test_ctrl_c_during_validation_is_one_line_and_exit_130(tmp_path, tmp_path_fa
                 continue
         return None
 
-    while proc.poll() is None and (pid := validator()) is None:
-        pass  # the validator is forked within the first second
+    while proc.poll() is None and validator() is None:
+        pass  # the validator is forked within the first second and works for seconds (a cold cache)
     assert proc.poll() is None, "the command ended before its validator was forked"
-    # Held still while ctrl-C reaches the whole process group, as a terminal sends it: with verl's
-    # verdicts cached, validation can end within the time it takes this test to send the signal.
-    os.kill(pid, signal.SIGSTOP)
     os.killpg(proc.pid, signal.SIGINT)
-    os.kill(pid, signal.SIGCONT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err

@@ -80,7 +80,8 @@ def test_reserved_ports_are_skipped_until_released(registry, monkeypatch):
 
 def test_a_reservation_lapses_when_its_owner_dies(registry):
     code = (
-        f"import sys; sys.path[:0] = {sys.path!r}; from pathlib import Path; from grpokit.runtime import ports; "
+        f"import sys; sys.path[:0] = {sys.path!r}; from pathlib import Path; "
+        "from grpokit.runtime.processes import ports; "
         f"ports.REGISTRY = Path({str(registry)!r}); print(ports.reserve_ports(3))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)

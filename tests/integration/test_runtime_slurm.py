@@ -178,8 +178,9 @@ def test_four_jobs_on_one_node_at_once_get_disjoint_ports(kit, slurm, kit_overri
 
 
 def node_state(node: str) -> str:
+    """The node's state word (``sinfo -N`` prints one line per partition the node is in)."""
     out = subprocess.run(["sinfo", "-h", "-N", "-n", node, "-o", "%T"], capture_output=True, text=True, timeout=30)
-    return out.stdout.strip()
+    return (out.stdout.split() or [""])[0]
 
 
 def set_node(node: str, *state: str) -> None:

@@ -75,6 +75,15 @@ def test_every_command_prints_its_help(command):
     assert "usage" in run.stdout.lower() and "Exception" not in run.stdout + run.stderr
 
 
+def _as_a_shell_starts_a_foreground_job() -> None:
+    """SIGINT at its default and unblocked in the command, as an interactive shell starts it: an
+    ignored SIGINT is inherited across exec (a test run before this one in the same pytest worker
+    may have left it so, e.g. through a library that ignores it), and Python then never raises
+    KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def test_ctrl_c_during_validation_is_one_line_and_exit_130(tmp_path, tmp_path_factory):
     # A terminal's Ctrl-C: SIGINT to the whole foreground process group (the command and the
     # validator it forks), sent once the forked validator exists (the command is validating).
@@ -93,6 +102,7 @@ def test_ctrl_c_during_validation_is_one_line_and_exit_130(tmp_path, tmp_path_fa
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=_as_a_shell_starts_a_foreground_job,
     )
     children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
     own = Path(f"/proc/{proc.pid}/cmdline").read_bytes()

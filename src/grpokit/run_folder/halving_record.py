@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from grpokit.run_folder.atomic import write_json_atomic
+from grpokit.run_folder.json_record import Spec, checked_fields
 from grpokit.run_folder.layout import HALVING
 
 
@@ -193,8 +194,7 @@ def _is_number(v: Any) -> bool:
 
 
 #: key -> (required, check, what the value must be)
-_Spec = dict[str, tuple[bool, Callable[[Any], bool], str]]
-_TOP: _Spec = {
+_TOP: Spec = {
     "rungs": (True, _list_of(_is_int), "a list of steps"),
     "keep": (True, lambda v: _is_number(v) and v is not None, "a fraction"),
     "metric": (True, _is_str, "a metric key"),
@@ -203,7 +203,7 @@ _TOP: _Spec = {
     "stage": (True, _is_int, "a stage index"),
     "stages": (True, lambda v: isinstance(v, list), "a list of stages"),
 }
-_STAGE: _Spec = {
+_STAGE: Spec = {
     "stage": (True, _is_int, "a stage index"),
     "target": (True, _is_int, "a step"),
     "points": (True, _list_of(_is_str), "a list of point names"),
@@ -219,34 +219,18 @@ _STAGE: _Spec = {
     "resubmitting": (False, _is_opt_str, "an ISO time"),
     "controller_submitting": (False, _is_opt_str, "an ISO time"),
 }
-_RANKED: _Spec = {
+_RANKED: Spec = {
     "name": (True, _is_str, "a point name"),
     "value": (True, _is_number, "a number or null"),
     "rank": (True, _is_int, "a rank (1 = best)"),
 }
 
 
-def _fields(data: Any, spec: _Spec, source: Path | str, where: str) -> dict[str, Any]:
+def _fields(data: Any, spec: Spec, source: Path | str, where: str) -> dict[str, Any]:
     """``data``'s values by ``spec`` (an optional key that is absent: None), or the error naming the key."""
-    if not isinstance(data, dict):
-        raise HalvingRecordError(f"{source}: {where.rstrip('.') or 'the file'} is not a JSON object")
-    unknown = sorted(set(data) - set(spec))
-    if unknown:
-        raise HalvingRecordError(
-            f"{source}: unknown key {where}{unknown[0]} (known: {', '.join(spec)}); "
-            "was it written by another grpokit version?"
-        )
-    out = {}
-    for key, (required, check, what) in spec.items():
-        if key not in data:
-            if required:
-                raise HalvingRecordError(f"{source}: {where}{key} is missing; the halving controller writes it")
-            out[key] = None
-            continue
-        value = data[key]
-        if not (value is None and not required) and not check(value):
-            raise HalvingRecordError(f"{source}: {where}{key}={value!r} must be {what}")
-        out[key] = value
+    out = checked_fields(
+        data, spec, source, where, error=HalvingRecordError, writer="the halving controller", optional_may_be_null=True
+    )
     if "value" in out and isinstance(out["value"], int):
         out["value"] = float(out["value"])
     return out

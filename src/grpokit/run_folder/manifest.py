@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpokit.run_folder.atomic import now, write_json_atomic
+from grpokit.run_folder.json_record import Spec, checked_fields
 from grpokit.run_folder.layout import MANIFEST
 
 if TYPE_CHECKING:
@@ -199,8 +200,7 @@ def _is_str_list(v: Any) -> bool:
 
 
 #: key -> (required, check, what the value must be)
-_Spec = dict[str, tuple[bool, Callable[[Any], bool], str]]
-_TOP: _Spec = {
+_TOP: Spec = {
     "sweep": (False, _is_opt(_is_str), "the sweep's name"),
     "created": (False, _is_opt(_is_str), "an ISO time"),
     "experiment": (False, _is_opt(_is_str), "the experiment's name"),
@@ -212,7 +212,7 @@ _TOP: _Spec = {
     "submission_refused": (False, _is_opt(_is_str), "sbatch's refusal"),
     "points": (True, lambda v: isinstance(v, list), "a list of points"),
 }
-_POINT: _Spec = {
+_POINT: Spec = {
     "index": (True, _is_int, "the point's index"),
     "name": (True, _is_str, "the point's name"),
     "run_dir": (True, _is_str, "the run folder's path"),
@@ -224,34 +224,16 @@ _POINT: _Spec = {
     "submitted": (False, _is_opt(_is_str), "an ISO time or null"),
     "history": (False, _is_opt(lambda v: isinstance(v, list)), "a list of replaced jobs"),
 }
-_HISTORY: _Spec = {
+_HISTORY: Spec = {
     "job_id": (True, _is_opt(_is_str), "a Slurm id or null"),
     "state": (True, _is_str, "the state it was replaced in"),
     "replaced": (True, _is_str, "an ISO time"),
 }
 
 
-def _fields(data: Any, spec: _Spec, source: Path | str, where: str) -> dict[str, Any]:
+def _fields(data: Any, spec: Spec, source: Path | str, where: str) -> dict[str, Any]:
     """``data``'s values by ``spec`` (an optional key that is absent: None), or the error naming the key."""
-    if not isinstance(data, dict):
-        raise ManifestError(f"{source}: {where.rstrip('.') or 'the file'} is not a JSON object")
-    unknown = sorted(set(data) - set(spec))
-    if unknown:
-        raise ManifestError(
-            f"{source}: unknown key {where}{unknown[0]} (known: {', '.join(spec)}); "
-            "was it written by another grpokit version?"
-        )
-    out = {}
-    for key, (required, check, what) in spec.items():
-        if key not in data:
-            if required:
-                raise ManifestError(f"{source}: {where}{key} is missing; the sweep command writes it")
-            out[key] = None
-            continue
-        if not check(data[key]):
-            raise ManifestError(f"{source}: {where}{key}={data[key]!r} must be {what}")
-        out[key] = data[key]
-    return out
+    return checked_fields(data, spec, source, where, error=ManifestError, writer="the sweep command")
 
 
 def write_manifest(

@@ -67,10 +67,10 @@ def test_a_port_someone_listens_on_is_never_chosen(registry, monkeypatch):
 
 
 def test_reserved_ports_are_skipped_until_released(registry, monkeypatch):
-    monkeypatch.setattr(ports, "LOW", 41000)
-    monkeypatch.setattr(ports, "HIGH", 41002)
+    monkeypatch.setattr(ports, "LOW", 9000)
+    monkeypatch.setattr(ports, "HIGH", 9002)
     first = ports.reserve_ports(2)
-    assert sorted(first) == [41000, 41001]
+    assert sorted(first) == [9000, 9001]
     with pytest.raises(RuntimeError, match="no free port"):
         ports.reserve_ports(1)
     ports.release_ports()
@@ -105,13 +105,15 @@ def _hold(registry: Path, held: list[int]) -> None:
 def test_a_fragmented_range_still_gives_its_one_block_that_fits(registry, monkeypatch):
     # Many jobs on one host: every 10th port of 8000 is held, except for one gap of 39 ports. 500
     # random probes (the old search) find it about 6 times in 10; the scan always does.
-    monkeypatch.setattr(ports, "LOW", 40000)
-    monkeypatch.setattr(ports, "HIGH", 48000)
-    held = [p for p in range(40000, 48000, 10) if p not in (44010, 44020, 44030)]  # free: 44001-44039
+    # The ports lie below the kernel's ephemeral range (32768-60999 here), where no outgoing
+    # connection of another process can take one of the gap's ports during the test.
+    monkeypatch.setattr(ports, "LOW", 7000)
+    monkeypatch.setattr(ports, "HIGH", 15000)
+    held = [p for p in range(7000, 15000, 10) if p not in (11010, 11020, 11030)]  # free: 11001-11039
     _hold(registry, held)
     for _ in range(3):
         [block] = ports.reserve_ports(0, contiguous=25, host="127.0.0.1")
-        assert block >= 44001 and block + 25 <= 44040, block
+        assert block >= 11001 and block + 25 <= 11040, block
         assert not set(held) & set(range(block, block + 25)), "a held port inside the block"
         reservations = json.loads(registry.read_text())
         del reservations[next(k for k in reservations if k != "other-job")]
@@ -119,11 +121,11 @@ def test_a_fragmented_range_still_gives_its_one_block_that_fits(registry, monkey
 
 
 def test_no_gap_large_enough_says_the_largest_one(registry, monkeypatch):
-    monkeypatch.setattr(ports, "LOW", 40000)
-    monkeypatch.setattr(ports, "HIGH", 41000)
-    _hold(registry, list(range(40000, 41000, 20)))  # gaps of 19
+    monkeypatch.setattr(ports, "LOW", 7000)
+    monkeypatch.setattr(ports, "HIGH", 8000)
+    _hold(registry, list(range(7000, 8000, 20)))  # gaps of 19
     with pytest.raises(
-        RuntimeError, match=r"no block of 20 free ports in \[40000, 41000\) on 127.0.0.1: the largest free gap has 19"
+        RuntimeError, match=r"no block of 20 free ports in \[7000, 8000\) on 127.0.0.1: the largest free gap has 19"
     ):
         ports.reserve_ports(1, contiguous=20, host="127.0.0.1")
     *_, block = ports.reserve_ports(1, contiguous=19, host="127.0.0.1")

@@ -35,7 +35,7 @@ import datetime as dt
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from grpokit.run_folder.atomic import write_json_atomic
 from grpokit.run_folder.json_record import Spec, checked_fields
@@ -60,6 +60,11 @@ class _Record:
 
     null_keys: frozenset[str]
 
+    @classmethod
+    def from_json(cls, data: Any, source: Path | str = STATUS) -> Self:
+        """The record of one decoded JSON object (each record reads its own keys)."""
+        raise NotImplementedError
+
     def to_json(self) -> dict[str, Any]:
         """The JSON object of the module's format (absent keys stay absent, null ones null)."""
         out: dict[str, Any] = {}
@@ -70,14 +75,14 @@ class _Record:
             out[f.name] = _json_value(value)
         return out
 
-    def with_fields(self, **fields: Any) -> Any:
+    def with_fields(self, **fields: Any) -> Self:
         """This record with ``fields`` set (JSON values, like ``dict.update`` of the file's object:
         None writes the key as null), read back through the same key check as the file.
 
         Raises:
             StatusFileError: an unknown key or a value of the wrong type (a bug of the writer).
         """
-        return type(self).from_json({**self.to_json(), **fields})  # type: ignore[attr-defined]
+        return type(self).from_json({**self.to_json(), **fields})
 
 
 def _json_value(value: Any) -> Any:

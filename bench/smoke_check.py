@@ -33,7 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from grpokit.run_folder import FINAL_STATES, read_status
+from grpokit.run_folder import FINAL_STATES
+from grpokit.run_folder import read_status as read_status_record
 from grpokit.run_folder.metrics import read_jsonl
 from grpokit.runtime.decisions.checkpoints import list_checkpoints, read_tracker
 
@@ -42,6 +43,11 @@ log = logging.getLogger(__name__)
 
 class CheckFailed(AssertionError):
     """A run folder disagrees with what the smoke test expects (the message names file and key)."""
+
+
+def read_status(run: Path) -> dict:
+    """``<run>/status.json`` read through its record (every key checked), as the file's JSON object."""
+    return read_status_record(run).to_json()
 
 
 def _expect(cond: bool, message: str) -> None:

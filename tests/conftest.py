@@ -98,11 +98,18 @@ def run_kit(
     )
 
 
+def status_json(run_dir: Path | str) -> dict:
+    """``<run_dir>/status.json`` read through its record (grpokit.run_folder.read_status: every key
+    checked, a missing file is ``pending``) and given back as the file's JSON object, which the
+    cluster tests compare key by key."""
+    return read_status(run_dir).to_json()
+
+
 def wait_final(run_dirs: list[Path], timeout: float, states: set[str] = FINAL) -> list[dict]:
     """Poll the run folders' status.json until each is in ``states`` (pytest fails at the deadline)."""
     deadline = time.monotonic() + timeout
     while True:
-        statuses = [read_status(d) for d in run_dirs]
+        statuses = [status_json(d) for d in run_dirs]
         if all(s.get("state") in states for s in statuses):
             return statuses
         if time.monotonic() > deadline:
@@ -163,7 +170,7 @@ class _Kit:
     final = FINAL
     run = staticmethod(run_kit)
     wait_final = staticmethod(wait_final)
-    read_status = staticmethod(read_status)
+    read_status = staticmethod(status_json)  # the JSON object, checked by the record
     manifest = staticmethod(manifest)
     slurm_job = staticmethod(slurm_job)
     set_time_limit = staticmethod(set_time_limit)

@@ -43,7 +43,9 @@ def test_follow_prints_new_lines_moves_to_the_next_attempt_and_ends_when_final(t
     first = run / "attempts" / "1"
     first.mkdir(parents=True)
     (first / "trainer.log").write_text("old line\n")
-    (run / "status.json").write_text(json.dumps({"state": "running", "attempts": [{"end": None}]}))
+    (run / "status.json").write_text(
+        json.dumps({"state": "running", "attempts": [{"attempt": 1, "start": "x", "end": None}]})
+    )
     out = io.StringIO()
     done = threading.Thread(target=logs.follow, args=(run, ("trainer",), 0, 0.05, out))
     done.start()
@@ -55,7 +57,14 @@ def test_follow_prints_new_lines_moves_to_the_next_attempt_and_ends_when_final(t
     (second / "sidecars").mkdir(parents=True)
     (second / "trainer.log").write_text("step:3\n")
     time.sleep(0.3)
-    (run / "status.json").write_text(json.dumps({"state": "completed", "attempts": [{"end": "x"}, {"end": "y"}]}))
+    (run / "status.json").write_text(
+        json.dumps(
+            {
+                "state": "completed",
+                "attempts": [{"attempt": 1, "start": "x", "end": "x"}, {"attempt": 2, "start": "y", "end": "y"}],
+            }
+        )
+    )
     done.join(timeout=5)
     text = out.getvalue()
     assert not done.is_alive()

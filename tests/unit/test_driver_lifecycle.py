@@ -552,6 +552,7 @@ def test_the_outcome_reaches_the_readers_when_status_json_cannot_be_written(
     from grpokit.reports.summary import point_reason
     from grpokit.run_folder.point_state import point_state
     from grpokit.run_folder.status_file import StatusFile
+    from grpokit.run_folder.status_record import PointStatus
     from grpokit.run_folder.sweep_reader import Point
 
     def enospc(self, *a, **k):
@@ -579,7 +580,7 @@ def test_the_outcome_reaches_the_readers_when_status_json_cannot_be_written(
     assert code == 1
     status = json.loads((Path(spec.run_dir) / "status.json").read_text())
     assert status["state"] == "running" and status["attempts"][-1]["end"] is None  # as the full disk left it
-    point = Point(index=0, name=spec.name, run_dir=Path(spec.run_dir), status=status)
+    point = Point(index=0, name=spec.name, run_dir=Path(spec.run_dir), status=PointStatus.from_json(status))
     assert point_state(point, None) == "failed"
     assert "trainer exited with 3; first error in trainer.log: RuntimeError: CUDA error" in point_reason(point, None)
 

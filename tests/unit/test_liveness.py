@@ -21,6 +21,7 @@ from grpokit.run_folder import heartbeat, liveness
 from grpokit.run_folder.liveness import Cause, Evidence, Verdict, decide, exit_code_cause, stderr_cause
 from grpokit.run_folder.point_state import point_state
 from grpokit.run_folder.status_file import StatusFile
+from grpokit.run_folder.status_record import PointStatus
 from grpokit.run_folder.sweep_reader import Point
 from grpokit.runtime.decisions import disk_full
 from grpokit.runtime.decisions.completion import Completion
@@ -277,7 +278,7 @@ def _open_point(tmp_path: Path, *, stale: bool, stderr: list[str] | None = None,
     if stderr is not None:
         (sweep / "submitit").mkdir()
         (sweep / "submitit" / "51_0_0_log.err").write_text("\n".join(["x Starting with JobEnvironment", *stderr]))
-    return Point(index=0, name="000", run_dir=run, job_id="51_0", status=status)
+    return Point(index=0, name="000", run_dir=run, job_id="51_0", status=PointStatus.from_json(status))
 
 
 def test_status_shows_a_forgotten_killed_point_final_with_its_reason(tmp_path):
@@ -319,8 +320,8 @@ def test_the_next_start_closes_the_open_attempt_with_its_cause(tmp_path):
     assert found == ("node_failed", "node node2 failed at step 16; last checkpoint step 15")
     status = StatusFile(point.run_dir)
     status.start_attempt(target_step=40, slurm={}, previous_end=found)
-    first = status.data["attempts"][0]
-    assert first["ended_by"] == "node_failed" and first["reason"].startswith("node node2 failed")
+    first = status.record.attempts[0]
+    assert first.ended_by == "node_failed" and first.reason.startswith("node node2 failed")
     killed = _open_point(tmp_path / "k", stale=True)
     assert liveness.killed_attempt_reason(killed.run_dir, killed.status, KILLED)[0] == "killed"
 

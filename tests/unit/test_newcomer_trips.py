@@ -258,7 +258,13 @@ def test_logs_follow_goes_on_across_halving_rungs_until_the_final_target(tmp_pat
 
     def status(state: str, target: int, ends: list) -> None:
         (run / "status.json").write_text(
-            json.dumps({"state": state, "target_step": target, "attempts": [{"end": e} for e in ends]})
+            json.dumps(
+                {
+                    "state": state,
+                    "target_step": target,
+                    "attempts": [{"attempt": k, "start": "x", "end": e} for k, e in enumerate(ends, 1)],
+                }
+            )
         )
 
     status("completed", 2, ["x"])  # trained to the rung: the controller has not ranked it yet

@@ -15,8 +15,13 @@ from grpokit.submit import resubmit_points, sweep_resume
 REASON = "trainer exited 3 at step 3\nTraceback (most recent call last):\n  ..."
 
 
+START = "2026-01-01T00:00:00+00:00"
+
+
 def _status(run_dir: Path, state: str, reason: str) -> None:
-    (run_dir / "status.json").write_text(json.dumps({"state": state, "reason": reason, "attempts": [{}]}))
+    (run_dir / "status.json").write_text(
+        json.dumps({"state": state, "reason": reason, "attempts": [{"attempt": 1, "start": START}]})
+    )
 
 
 def local_sweep(root: Path, bare_point) -> list:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -301,10 +302,12 @@ def test_status_cli_real_slurm_or_none(sweep_dir, capsys):
 
 def test_gpu_hours_of_running_attempt_uses_slurm_runtime(sweep_dir):
     from grpokit.reports.summary import gpu_hours
+    from grpokit.run_folder.status_record import Attempt
 
     sweep = load_sweep(sweep_dir)
     p = sweep.points[0]
-    p.status["attempts"].append({"attempt": 2, "start": iso(T0), "end": None, "elapsed_s": None})
+    running = Attempt.from_json({"attempt": 2, "start": iso(T0), "end": None, "elapsed_s": None})
+    p.status = dataclasses.replace(p.status, attempts=(*p.status.attempts, running))
     slurm = SlurmJobState("1", "RUNNING", "squeue", elapsed_s=1800.0)
     assert gpu_hours(p, slurm) == pytest.approx((600 + 1800) * 2 / 3600)
     # Without Slurm's answer, now - start counts.

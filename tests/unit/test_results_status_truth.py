@@ -165,8 +165,8 @@ def test_gpu_hours_count_only_attempts_that_trained(sweep, slurm):
 
 def test_an_attempt_killed_without_timings_still_counts(sweep):
     p = load_sweep(sweep).points[2]
-    p.status["attempts"] = [{**attempt(1, "killed", launched=None)}, attempt(2, "failed")]
-    assert "timings" not in p.status["attempts"][0]
+    p.status = p.status.with_fields(attempts=[attempt(1, "killed", launched=None), attempt(2, "failed")])
+    assert p.status.attempts[0].timings is None
     assert gpu_hours(p) == pytest.approx(2 * 600 * 2 / 3600)
 
 
@@ -177,8 +177,8 @@ def test_without_slurm_the_status_file_decides(sweep):
     # A local run (no job id) stopped with a checkpoint is not queued: nothing requeues it.
     p = s.points[2]
     p.job_id = None
-    p.status.update(state="requeued")
-    p.status["attempts"][-1]["ended_by"] = "preempted"
+    p.status = p.status.with_fields(state="requeued")
+    p.status = p.status.with_last_attempt(p.status.attempts[-1].with_fields(ended_by="preempted"))
     assert point_state(p, None) == "preempted"
 
 

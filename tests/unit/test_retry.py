@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from grpokit.run_folder.status_record import Attempt
 from grpokit.runtime.decisions.retry import crash_kind, decide
 
 
-def crash(kind: str, *nodes: str, ended_by: str = "failed") -> dict:
+def crash(kind: str, *nodes: str, ended_by: str = "failed") -> Attempt:
     """An earlier attempt as status.json records it."""
-    return {"ended_by": ended_by, "crash": kind, "nodes": list(nodes)}
+    return Attempt(1, "2026-01-01T00:00:00+00:00", ended_by=ended_by, crash=kind, nodes=nodes)
 
 
 @pytest.mark.parametrize(
@@ -185,6 +186,6 @@ def test_on_outcome_retries_a_ray_start_failure_and_keeps_its_reason(
         assert decision is None and outcome.reason == reason
         return
     assert outcome.requeue and decision.exclude == ("node2",)
-    attempt = status.data["attempts"][-1]
-    assert (attempt["crash"], attempt["nodes"], attempt["reason"]) == ("ray_failed", ["node2"], reason)
+    attempt = status.record.attempts[-1]
+    assert (attempt.crash, attempt.nodes, attempt.reason) == ("ray_failed", ("node2",), reason)
     assert outcome.reason == f"retry 1 of runtime.max_retries=1 in 60 s, excluding node2; {reason}"

@@ -97,7 +97,7 @@ def test_final_states_are_defined_once_and_match_the_docs():
 
 
 def test_one_reader_for_a_missing_status(tmp_path):
-    assert read_status(tmp_path) == {"state": "pending", "attempts": []}
+    assert read_status(tmp_path).to_json() == {"state": "pending", "attempts": []}
     assert read_status(tmp_path, pending_if_missing=False) is None
 
 
@@ -130,7 +130,7 @@ def test_the_reports_show_a_point_with_a_damaged_status_as_no_status_and_say_why
     with caplog.at_level(logging.WARNING):
         sweep = load_sweep(tmp_path)
     assert [p.status for p in sweep.points][0] is None
-    assert sweep.points[1].status["state"] == "running"
+    assert sweep.points[1].status.state == "running"
     assert str(runs[0] / "status.json") in caplog.text and "not JSON" in caplog.text
 
 
@@ -147,7 +147,7 @@ def test_status_file_round_trip_through_the_reader(tmp_path):
     status.start_attempt(target_step=4, slurm={"job_id": "7"})
     status.finish(PointState.COMPLETED, ended_by=run_folder.EndedBy.COMPLETED, exit_code=0, last_step=4)
     data = read_status(tmp_path)
-    assert (data["state"], data["attempts"][0]["ended_by"], data["last_step"]) == ("completed", "completed", 4)
+    assert (data.state, data.attempts[0].ended_by, data.last_step) == ("completed", "completed", 4)
     assert StatusFile(tmp_path).state is PointState.COMPLETED
 
 

@@ -193,6 +193,7 @@ def test_status_shows_the_latest_attempts_start_up(tmp_path: Path) -> None:
 
     from grpokit.reports.status_table import render_table, row_json, status_row
     from grpokit.run_folder.manifest import SweepManifest
+    from grpokit.run_folder.status_record import PointStatus
     from grpokit.run_folder.sweep_reader import Point, Sweep
 
     run = tmp_path / "000_a"
@@ -207,8 +208,9 @@ def test_status_shows_the_latest_attempts_start_up(tmp_path: Path) -> None:
                 }
             )
         )
-    status = {"state": "running", "target_step": 4, "attempts": [{"attempt": 1}, {"attempt": 2}]}
-    point = Point(index=0, name="000_a", run_dir=run, status=status)
+    started = "2026-01-01T00:00:00+00:00"
+    status = {"state": "running", "target_step": 4, "attempts": [{"attempt": k, "start": started} for k in (1, 2)]}
+    point = Point(index=0, name="000_a", run_dir=run, status=PointStatus.from_json(status))
     row = status_row(point, None)
     data = row_json(row)
     assert data["startup_s"] == 146.0

@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 
+from grpokit.run_folder.status_record import Attempt
 from grpokit.runtime.decisions.stop_decision import (
     MIN_SAVE_BUDGET_S,
     TIMEOUT_MARGIN_S,
@@ -199,7 +200,9 @@ def test_stop_request_deadline_on_a_fake_clock():
     ],
 )
 def test_count_timeouts(ended, since, expected):
-    attempts = [{"ended_by": e, "resubmission": r} for e, r in ended]
+    attempts = [
+        Attempt(k, "2026-01-01T00:00:00+00:00", ended_by=e, resubmission=r) for k, (e, r) in enumerate(ended, 1)
+    ]
     assert count_timeouts(attempts, since) == expected
 
 

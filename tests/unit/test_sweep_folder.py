@@ -305,7 +305,10 @@ def test_replaced_job_ids_are_kept_in_the_points_history(tmp_path, spec):
 
 def _status(run_dir: Path, state: str, attempts: int) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    body = {"state": state, "attempts": [{"attempt": k + 1} for k in range(attempts)]}
+    body = {
+        "state": state,
+        "attempts": [{"attempt": k + 1, "start": "2026-01-01T00:00:00+00:00"} for k in range(attempts)],
+    }
     (run_dir / "status.json").write_text(json.dumps(body))
 
 

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from grpokit.run_folder import RunFolder, now, read_status, write_json_atomic
+from grpokit.run_folder import PointStatus, RunFolder, now, read_status, write_status
 from grpokit.run_folder.claim import folder_state, open_existing
 from grpokit.run_folder.halving_record import HalvingRecordError, read_halving
 from grpokit.run_folder.locate import sweep_folder_arg
@@ -92,18 +92,10 @@ def cancel(sweep_dir: Path, wanted: list[str], dry_run: bool = False, out=sys.st
         claim.record("cancel", [p.name for p, _ in todo], ids, by="user")
     time.sleep(1.0)  # Slurm has removed a pending task from the queue by now
     for p, state in todo:
-        if state == "queued" and read_status(p.run_dir).get("state") == "pending":
-            path = RunFolder(p.run_dir).status
-            if not path.exists():  # never started: no driver will write its outcome
-                write_json_atomic(
-                    path,
-                    {
-                        "state": "cancelled",
-                        "reason": f"cancelled by user before it started (grpokit cancel, job {p.job_id})",
-                        "attempts": [],
-                        "updated": now(),
-                    },
-                )
+        never_started = not RunFolder(p.run_dir).status.exists()  # no driver will write its outcome
+        if state == "queued" and read_status(p.run_dir).state == "pending" and never_started:
+            reason = f"cancelled by user before it started (grpokit cancel, job {p.job_id})"
+            write_status(p.run_dir, PointStatus(state="cancelled", reason=reason, updated=now()))
     print(f"cancelled {len(todo)} point(s); recorded in {sweep_dir / 'submissions.jsonl'}", file=out)
     return 0
 

@@ -23,7 +23,7 @@ from grpokit.run_folder import FINAL_STATES, AttemptFolder, RunFolder, SweepFold
 from grpokit.run_folder.locate import sweep_folder_arg
 from grpokit.run_folder.metrics import attempt_dirs
 from grpokit.run_folder.point_state import below_final_target, halving_final_target
-from grpokit.run_folder.status_file import read_status
+from grpokit.run_folder.status_record import read_status
 
 KINDS = ("driver", "trainer", "sidecars")
 
@@ -84,7 +84,7 @@ def tail_lines(path: Path, n: int) -> list[str]:
 def show(run_dir: Path, only: tuple[str, ...], n: int, out=sys.stdout) -> int:
     latest = latest_attempt(run_dir)
     if latest is None:
-        state = (read_status(run_dir) or {}).get("state", "pending")
+        state = read_status(run_dir).state
         print(f"{run_dir.name}: no attempt has started yet (state {state})", file=out)
         return 0
     k, attempt = latest
@@ -100,11 +100,11 @@ def show(run_dir: Path, only: tuple[str, ...], n: int, out=sys.stdout) -> int:
 def _final(run_dir: Path) -> bool:
     """The point's status.json is final and its last attempt closed; under successive halving a
     point ``completed`` at a rung is not (the controller continues or prunes it: ``waiting_rung``)."""
-    status = read_status(run_dir) or {}
-    attempts = status.get("attempts") or []
-    if status.get("state") == "completed" and below_final_target(status, halving_final_target(run_dir.parent)):
+    status = read_status(run_dir)
+    attempts = status.attempts
+    if status.state == "completed" and below_final_target(status, halving_final_target(run_dir.parent)):
         return False
-    return status.get("state") in FINAL_STATES and bool(attempts) and bool(attempts[-1].get("end"))
+    return status.state in FINAL_STATES and bool(attempts) and not attempts[-1].is_open
 
 
 def follow(run_dir: Path, only: tuple[str, ...], n: int, interval_s: float = 0.5, out=sys.stdout) -> int:
@@ -139,7 +139,7 @@ def follow(run_dir: Path, only: tuple[str, ...], n: int, interval_s: float = 0.5
                 wrote = wrote or bool(lines)
             out.flush()
         if not wrote and _final(run_dir) and latest is not None and latest[0] == current:
-            state = (read_status(run_dir) or {}).get("state")
+            state = read_status(run_dir).state
             print(f"==> {run_dir.name} is {state}: nothing more will be written <==", file=out, flush=True)
             return 0
         time.sleep(interval_s)

@@ -72,13 +72,13 @@ def run_chain(run_dir: Path, steps: list[str], eval_args: list[str]) -> dict[str
         "reason": f"running {','.join(steps)}",
         "job_id": JobEnv.from_env().job_id,
         "steps": steps,
-        "point_state": point.get("state"),
+        "point_state": point.state,
         "started": now(),
         "ended": None,
     }
     write_json_atomic(folder.chain_status, record)
-    if point.get("state") != "completed":
-        record.update(state="skipped", reason=f"point ended {point.get('state')}: nothing to merge", ended=now())
+    if point.state != "completed":
+        record.update(state="skipped", reason=f"point ended {point.state}: nothing to merge", ended=now())
         write_json_atomic(folder.chain_status, record)
         return record
     step = "merge"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from grpokit.paths import kit_command
 from grpokit.run_folder.layout import CHECKPOINTS, HF_DIR
-from grpokit.run_folder.status_file import read_status
+from grpokit.run_folder.status_record import read_status
 from grpokit.runtime.decisions.checkpoints import CheckpointInfo, inspect_checkpoint, list_checkpoints
 
 log = logging.getLogger(__name__)
@@ -28,16 +28,16 @@ def _why_no_checkpoint(run_dir: Path) -> str:
     """Why a run folder holds no checkpoint, from its ``status.json``: it never trained, has not
     trained a step yet, or (it trained) saving was off."""
     try:
-        status = read_status(run_dir, pending_if_missing=False) or {}
+        status = read_status(run_dir, pending_if_missing=False)
     except ValueError:  # a damaged status.json: nothing known
-        status = {}
-    state = status.get("state")
+        status = None
+    state = status.state if status is not None else None
     if state == "skipped_no_gpu":
         return (
             "the point never trained (skipped_no_gpu: its node had no GPU; every stage but training ran). "
             f"Resubmit it to a GPU partition: {kit_command('resubmit', str(run_dir.parent))}"
         )
-    if state is not None and not status.get("last_step"):
+    if status is not None and not status.last_step:
         return f"the point has not trained a step yet (state {state}; see {kit_command('logs', str(run_dir))})"
     return "the run saves only with trainer.save_freq > 0 (and at its last step)"
 

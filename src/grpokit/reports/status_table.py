@@ -21,7 +21,7 @@ from grpokit.reports.summary import last_reward, point_reason
 from grpokit.run_folder import startup_view
 from grpokit.run_folder.metrics import merge_attempts, val_acc_keys
 from grpokit.run_folder.point_state import WAITING_RUNG, at_rung, halving_final_target, point_state, rung_reason
-from grpokit.run_folder.status_file import attempt_elapsed_s
+from grpokit.run_folder.status_record import attempt_elapsed_s
 from grpokit.run_folder.sweep_reader import Point, Sweep
 from grpokit.slurm.job_states import SlurmJobState, job_states
 
@@ -79,10 +79,11 @@ def status_row(
 ) -> StatusRow:
     """Build one point's row from its status.json, merged metrics and Slurm's answer; final_target:
     a halving sweep's last target step (:func:`grpokit.run_folder.point_state.halving_final_target`)."""
-    status = point.status or {}
+    recorded_step = point.status.last_step if point.status is not None else None
+    target_step = point.status.target_step if point.status is not None else None
     df = merge_attempts(point.run_dir)
     metric_step = int(df["step"].max()) if len(df) else None
-    steps = [s for s in (status.get("last_step"), metric_step) if s is not None]
+    steps = [s for s in (recorded_step, metric_step) if s is not None]
     acc_keys = val_acc_keys(df.columns)
     val_acc = math.nan
     if acc_keys:
@@ -95,7 +96,7 @@ def status_row(
     elif slurm is not None and slurm.elapsed_s:
         elapsed = slurm.elapsed_s
     state = at_rung(point, point_state(point, slurm), final_target)
-    step, target = (max(steps) if steps else None), status.get("target_step")
+    step, target = (max(steps) if steps else None), target_step
     return StatusRow(
         index=point.index,
         name=point.name,
@@ -104,7 +105,7 @@ def status_row(
         state=state,
         attempts=len(attempts),
         step=max(steps) if steps else None,
-        target_step=status.get("target_step"),
+        target_step=target_step,
         last_reward=last_reward(df),
         val_acc=val_acc,
         elapsed_s=elapsed,

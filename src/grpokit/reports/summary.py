@@ -17,7 +17,7 @@ import pandas as pd
 
 from grpokit.run_folder.metrics import VAL_ACC_RE, val_acc_keys
 from grpokit.run_folder.point_state import open_attempt_verdict, point_state, status_is_this_jobs
-from grpokit.run_folder.status_file import attempt_elapsed_s
+from grpokit.run_folder.status_record import Attempt, attempt_elapsed_s
 from grpokit.run_folder.sweep_reader import Point
 from grpokit.slurm.job_states import SlurmJobState
 
@@ -42,8 +42,8 @@ def point_reason(
     (a pending job's ``Priority``/``Resources``, an exit reason), else for ``unknown`` what is
     missing. None when nothing says."""
     state = state or point_state(point, slurm)
-    status = point.status or {}
-    own = str(status.get("reason") or "").strip() if status_is_this_jobs(point) else ""
+    status = point.status
+    own = str((status.reason if status is not None else None) or "").strip() if status_is_this_jobs(point) else ""
     if own:
         return own if whole else own.splitlines()[0]
     if state not in ("queued", "running") and (verdict := open_attempt_verdict(point, slurm)) is not None:
@@ -53,7 +53,7 @@ def point_reason(
     if slurm is not None and slurm.reason:
         return f"Slurm: {slurm.reason}"
     if state == "unknown" and slurm is not None:
-        recorded = status.get("state") or "nothing (no status.json)"
+        recorded = (status.state if status is not None else None) or "nothing (no status.json)"
         return f"Slurm says {slurm.state}, but the job recorded {recorded}; see the run folder's attempts/*/driver.log"
     return None
 
@@ -126,15 +126,14 @@ def metrics_summary(df: pd.DataFrame) -> dict[str, float]:
     return out
 
 
-def held_gpus_for_training(attempt: dict) -> bool:
+def held_gpus_for_training(attempt: Attempt) -> bool:
     """Whether an attempt held its GPUs for training: not ``skipped_no_gpu``, and when the driver
     recorded its timings (every closed attempt does), the trainer was launched
     (``timings.trainer_launched_s``). A running attempt and one closed without timings (killed,
     e.g. by SIGKILL) count."""
-    if attempt.get("ended_by") == "skipped_no_gpu":
+    if attempt.ended_by == "skipped_no_gpu":
         return False
-    timings = attempt.get("timings")
-    return not isinstance(timings, dict) or "trainer_launched_s" in timings
+    return attempt.timings is None or "trainer_launched_s" in attempt.timings
 
 
 def gpu_hours(point: Point, slurm: SlurmJobState | None = None, now: datetime | None = None) -> float:
@@ -153,7 +152,7 @@ def gpu_hours(point: Point, slurm: SlurmJobState | None = None, now: datetime | 
     for i, att in enumerate(attempts):
         if not held_gpus_for_training(att):
             continue
-        running = i == len(attempts) - 1 and att.get("end") is None and att.get("elapsed_s") is None
+        running = i == len(attempts) - 1 and att.end is None and att.elapsed_s is None
         if running and slurm is not None and slurm.elapsed_s is not None and slurm.kit_state == "running":
             total += slurm.elapsed_s
         else:

@@ -38,6 +38,7 @@ from grpokit.run_folder.heartbeat import read_record
 from grpokit.run_folder.layout import METRICS, RAY_DIR, SUBMITIT_DIR
 
 if TYPE_CHECKING:
+    from grpokit.run_folder.status_record import PointStatus
     from grpokit.run_folder.sweep_reader import Point
     from grpokit.slurm.job_states import SlurmJobState
 
@@ -305,12 +306,9 @@ def has_step_folders(run_dir: Path) -> bool:
         return False
 
 
-def attempt_job_id(status: dict) -> str | None:
+def attempt_job_id(status: PointStatus | None) -> str | None:
     """The display id of the job that wrote ``status`` (``123_4`` in an array), from its ``slurm``."""
-    slurm = status.get("slurm") or {}
-    if slurm.get("array_job_id") and slurm.get("array_task_id") is not None:
-        return f"{slurm['array_job_id']}_{slurm['array_task_id']}"
-    return str(slurm["job_id"]) if slurm.get("job_id") else None
+    return status.job_id if status is not None else None
 
 
 def stderr_runs(sweep_dir: Path, job_id: str | None, max_bytes: int = 1 << 20) -> list[list[str]]:
@@ -334,17 +332,17 @@ def stderr_runs(sweep_dir: Path, job_id: str | None, max_bytes: int = 1 << 20) -
 def gather(point: Point, slurm: SlurmJobState | None, now_s: float | None = None) -> Evidence | None:
     """The evidence on the point's open attempt; None when its last attempt is closed (or none)."""
     attempts = point.attempts
-    if not attempts or attempts[-1].get("end"):
+    if not attempts or not attempts[-1].is_open:
         return None
     number = len(attempts)
     record = read_record(point.run_dir, now_s)
     if record is not None and record.fields.get("attempt") != number:
         record = None  # an earlier attempt's record: this one never wrote its own
-    job_id = attempt_job_id(point.status or {}) or point.job_id
+    job_id = attempt_job_id(point.status) or point.job_id
     live = slurm is not None and slurm.kit_state in _LIVE
     needs_stderr = not live and (record is None or record.outcome is None)
     runs = stderr_runs(Path(point.run_dir).parent, job_id) if needs_stderr else []
-    status = point.status or {}
+    recorded_step = point.status.last_step if point.status is not None else None
     last = _tail_step(Path(point.run_dir) / "attempts" / str(number) / METRICS)
     return Evidence(
         attempt=number,
@@ -359,7 +357,7 @@ def gather(point: Point, slurm: SlurmJobState | None, now_s: float | None = None
         stderr=run_cause(runs[-1] if runs else [], Path(point.run_dir) / "attempts" / str(number))
         if needs_stderr
         else None,
-        last_step=last if last is not None else status.get("last_step"),
+        last_step=last if last is not None else recorded_step,
         checkpoint_step=checkpoint_step(Path(point.run_dir)),
         checkpoint_folders=has_step_folders(Path(point.run_dir)),
     )
@@ -376,13 +374,13 @@ def settle(point: Point, slurm: SlurmJobState | None) -> Verdict | None:
     return decide(evidence) if evidence is not None else None
 
 
-def killed_attempt_reason(run_dir: Path, status: dict, previous_run: list[str] | None) -> tuple[str, str] | None:
+def killed_attempt_reason(run_dir: Path, status: PointStatus, previous_run: list[str] | None) -> tuple[str, str] | None:
     """``(ended_by, reason)`` for the attempt a new start finds open: the record's outcome when
     the driver wrote one, else the cause in the previous run's stderr (``previous_run``) or, for a
     node failure, the attempt's Ray logs (:func:`run_cause`), with the step and checkpoint; None
     when nothing says. ``ended_by`` is ``node_failed`` for a node failure, else ``killed``."""
-    attempts = status.get("attempts") or []
-    if not attempts or attempts[-1].get("end"):
+    attempts = status.attempts
+    if not attempts or not attempts[-1].is_open:
         return None
     number = len(attempts)
     record = read_record(run_dir)

@@ -18,6 +18,7 @@ from grpokit.run_folder.liveness import Verdict, settle
 from grpokit.run_folder.states import FINAL_STATES
 
 if TYPE_CHECKING:
+    from grpokit.run_folder.status_record import PointStatus
     from grpokit.run_folder.sweep_reader import Point
     from grpokit.slurm.job_states import SlurmJobState
 
@@ -51,23 +52,20 @@ def status_is_this_jobs(point: Point) -> bool:
     """Whether the point's status.json was written by the job the manifest names (a resubmitted point
     whose new job has not started yet still holds the old job's status). True when either side has
     no Slurm id (a local run, a job that has not written one)."""
-    recorded = ((point.status or {}).get("slurm") or {}) if point.status else {}
-    if not point.job_id or not recorded.get("job_id"):
+    recorded = point.status.slurm if point.status is not None else None
+    ids = recorded.ids if recorded is not None else set()
+    if not point.job_id or not ids:
         return True
-    ids = {str(recorded["job_id"])}
-    if recorded.get("array_job_id") and recorded.get("array_task_id") is not None:
-        ids.add(f"{recorded['array_job_id']}_{recorded['array_task_id']}")
     return point.job_id in ids
 
 
 def _own_final_word(point: Point) -> str | None:
     """The state the job recorded for itself when it is final and this job's, else None."""
-    status = point.status or {}
     attempts = point.attempts
-    state = status.get("state")
-    if state not in FINAL_STATES or not attempts or not attempts[-1].get("end") or not status_is_this_jobs(point):
+    state = point.status.state if point.status is not None else None
+    if state not in FINAL_STATES or not attempts or attempts[-1].is_open or not status_is_this_jobs(point):
         return None
-    ended_by = attempts[-1].get("ended_by")
+    ended_by = attempts[-1].ended_by
     if state == "failed" and ended_by in _ENDED_BY_WORD:
         return ended_by
     return STATUS_WORD.get(state, state)
@@ -99,9 +97,8 @@ def point_state(point: Point, slurm: SlurmJobState | None) -> str:
     (:func:`open_attempt_verdict`: the driver's heartbeat and record, submitit's stderr, Slurm's
     exit code).
     """
-    status = point.status or {}
     attempts = point.attempts
-    ended_by = attempts[-1].get("ended_by") if attempts else None
+    ended_by = attempts[-1].ended_by if attempts else None
     own = _own_final_word(point)
     if slurm is not None and slurm.kit_state != "unknown":
         word = slurm.kit_state
@@ -122,7 +119,7 @@ def point_state(point: Point, slurm: SlurmJobState | None) -> str:
         return own
     if (verdict := open_attempt_verdict(point, None)) is not None:
         return verdict.state
-    state = status.get("state")
+    state = point.status.state if point.status is not None else None
     if state == "requeued" and not point.job_id and ended_by in ("timeout", "preempted"):
         return ended_by  # a local run stopped with a checkpoint: nothing requeues it but a re-run
     if state in STATUS_WORD:
@@ -146,9 +143,9 @@ def halving_final_target(sweep_dir: Path) -> int | None:
     return record.plan.final_target if record is not None else None
 
 
-def below_final_target(status: dict | None, final_target: int | None) -> bool:
+def below_final_target(status: PointStatus | None, final_target: int | None) -> bool:
     """Whether a halving point's ``status.json`` targets a rung below the sweep's final target."""
-    target = (status or {}).get("target_step")
+    target = status.target_step if status is not None else None
     return final_target is not None and target is not None and int(target) < final_target
 
 
@@ -162,7 +159,7 @@ def at_rung(point: Point, state: str, final_target: int | None) -> str:
 
 def rung_reason(point: Point, final_target: int | None) -> str:
     """Why a point is ``waiting_rung``, one line."""
-    target = (point.status or {}).get("target_step")
+    target = point.status.target_step if point.status is not None else None
     return (
         f"trained to the rung at step {target} (of {final_target}); waiting for the halving controller to "
         "rank this rung's points (halving.json), then it continues or ends pruned"

@@ -7,9 +7,14 @@ on the login node use this module only.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grpokit.run_folder.layout import ATTEMPTS_DIR, STARTUP
+
+if TYPE_CHECKING:
+    from grpokit.run_folder.status_record import Attempt
 
 #: short labels for the one-line view
 LABELS = {
@@ -40,12 +45,12 @@ def read(attempt_dir: Path) -> dict | None:
         return None
 
 
-def latest(run_dir: Path, attempts: list[dict]) -> dict | None:
+def latest(run_dir: Path, attempts: Sequence[Attempt]) -> dict | None:
     """The timeline of the latest attempt in `attempts` (``status.json``'s list) of the point in
     `run_dir`; None before one was written."""
-    if not attempts or attempts[-1].get("attempt") is None:
+    if not attempts:
         return None
-    return read(Path(run_dir) / ATTEMPTS_DIR / str(int(attempts[-1]["attempt"])))
+    return read(Path(run_dir) / ATTEMPTS_DIR / str(attempts[-1].attempt))
 
 
 def one_line(data: dict | None) -> str:

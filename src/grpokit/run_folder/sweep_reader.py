@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpokit.run_folder.manifest import SweepManifest, read_manifest
-from grpokit.run_folder.status_file import StatusFileError, read_status
+from grpokit.run_folder.status_record import Attempt, PointStatus, StatusFileError, read_status
 
 log = logging.getLogger(__name__)
 
@@ -20,8 +20,8 @@ class Point:
     """One sweep point as the manifest and its run folder describe it.
 
     index, name, swept ({key: value}), run_dir: from the manifest. job_id: the Slurm display id to
-    ask about (``123`` or ``123_4``), None before submission. status: the parsed status.json, None
-    when the job has not written one yet.
+    ask about (``123`` or ``123_4``), None before submission. status: its status.json's record, None
+    when the job has not written one yet (or it is damaged).
     """
 
     index: int
@@ -29,18 +29,18 @@ class Point:
     run_dir: Path
     swept: dict = field(default_factory=dict)
     job_id: str | None = None
-    status: dict | None = None
+    status: PointStatus | None = None
 
     @property
-    def attempts(self) -> list[dict]:
-        """status.json's attempts list ([] without status)."""
-        return list((self.status or {}).get("attempts") or [])
+    def attempts(self) -> tuple[Attempt, ...]:
+        """status.json's attempts (() without status)."""
+        return self.status.attempts if self.status is not None else ()
 
     @property
     def gpus(self) -> int | None:
         """GPUs of the allocation (status.json's slurm.gpus), None when not yet known."""
-        g = ((self.status or {}).get("slurm") or {}).get("gpus")
-        return int(g) if g is not None else None
+        slurm = self.status.slurm if self.status is not None else None
+        return slurm.gpus if slurm is not None else None
 
 
 @dataclass
@@ -59,10 +59,10 @@ class Sweep:
     @property
     def rehearsal(self) -> bool:
         """``rehearse=true``: the points ran the kit's stand-in trainer (the manifest or a status.json says so)."""
-        return self.manifest.rehearsal or any((p.status or {}).get("rehearsal") for p in self.points)
+        return self.manifest.rehearsal or any(p.status is not None and p.status.rehearsal for p in self.points)
 
 
-def _status_or_none(run_dir: Path) -> dict | None:
+def _status_or_none(run_dir: Path) -> PointStatus | None:
     """:func:`read_status`, with a damaged file shown as no status (a warning names it and the fix)."""
     try:
         return read_status(run_dir, pending_if_missing=False)

@@ -147,8 +147,8 @@ class Driver:
     def _nothing_to_do(self) -> bool:
         """A point in a final state runs again only on an explicit resubmission (resubmission.py);
         a requeue of its job by anyone else leaves the run folder untouched."""
-        taken = resubmission.pending(self.run_dir, self.status.data)
-        state = self.status.data.get("state")
+        taken = resubmission.pending(self.run_dir, self.status.record)
+        state = self.status.record.state
         if state in FINAL_STATES and taken is None:
             print(
                 f"point {self.spec.name} is already {state} ({self.status.path}): nothing to do, "
@@ -157,7 +157,7 @@ class Driver:
                 flush=True,
             )
             return True
-        self.resubmission = taken or self.status.data.get("resubmission")
+        self.resubmission = taken or self.status.record.resubmission
         return False
 
     def open(self) -> None:
@@ -182,8 +182,7 @@ class Driver:
         self._attempt_open = True
         self._start_heartbeat(attempt)
         if self.resubmission is not None:
-            status.data["resubmission"] = self.resubmission
-            status.update_attempt(resubmission=self.resubmission)
+            status.set_resubmission(self.resubmission)
         log.info("point %s, attempt %d, run folder %s", self.spec.name, attempt, self.run_dir)
 
     def prepare(self) -> tuple[list[str], dict[str, str]]:
@@ -204,7 +203,7 @@ class Driver:
                 Path(self.spec.checkpoint_dir), keep=int(keep) if keep not in (None, "null") else None
             )
             if resume["note"]:  # a damaged or partial checkpoint was set aside: the point's reason while it runs
-                self.status.data["reason"] = resume["note"]
+                self.status.set_reason(resume["note"])
                 self.status.update_attempt(resume_step=resume["resume_step"], checkpoint_set_aside=resume["note"])
             else:
                 self.status.update_attempt(resume_step=resume["resume_step"])
@@ -304,20 +303,20 @@ class Driver:
     def _previous_end(self) -> tuple[str, str] | None:
         """``(ended_by, reason)`` of an attempt a kill left open, from its record or the stderr of
         the job run that ran it (:func:`grpokit.run_folder.liveness.killed_attempt_reason`)."""
-        data = self.status.data
-        if not data["attempts"] or data["attempts"][-1].get("end"):
+        record = self.status.record
+        if record.last_attempt is None or not record.last_attempt.is_open:
             return None
         try:
-            old_job = liveness.attempt_job_id(data)
+            old_job = liveness.attempt_job_id(record)
             runs = liveness.stderr_runs(self.run_dir.parent, old_job)
             # This start's own run is the file's last when the open attempt was this same job's.
             previous = (runs[:-1] if old_job and old_job == self.host.task_id() else runs)[-1:] or [None]
-            found = liveness.killed_attempt_reason(self.run_dir, data, previous[0])
+            found = liveness.killed_attempt_reason(self.run_dir, record, previous[0])
         except Exception:
-            log.exception("could not read why attempt %d ended", len(data["attempts"]))
+            log.exception("could not read why attempt %d ended", len(record.attempts))
             return None
         if found is not None:
-            log.warning("attempt %d was left open: %s (%s)", len(data["attempts"]), found[1], found[0])
+            log.warning("attempt %d was left open: %s (%s)", len(record.attempts), found[1], found[0])
         return found
 
     def _node_failure(self) -> str | None:
@@ -473,8 +472,8 @@ class Driver:
         """Show what the attempt waits for as the point's reason in ``status.json`` (None: the wait is
         over, the reason before it comes back)."""
         if why is not None:
-            self._reason_before_wait = self.status.data.get("reason", "")
-        self.status.data["reason"] = why if why is not None else self._reason_before_wait
+            self._reason_before_wait = self.status.record.reason or ""
+        self.status.set_reason(why if why is not None else self._reason_before_wait)
         try:
             self.status.save()
         except OSError as exc:
@@ -634,7 +633,7 @@ class Driver:
             return False
 
     def _timeouts_so_far(self) -> int:
-        return stop_decision.count_timeouts(self.status.data["attempts"], self.status.data.get("resubmission"))
+        return stop_decision.count_timeouts(self.status.record.attempts, self.status.record.resubmission)
 
     def _decide(self, happened: Happened) -> Outcome:
         """The outcome (:func:`grpokit.runtime.decisions.outcome.decide`), with the stop decision when a
@@ -683,8 +682,8 @@ class Driver:
                 status.start_attempt(
                     target_step=self._target_step(), slurm=self.host.slurm_info(), rehearsal=self.spec.runtime.rehearsal
                 )
-            if outcome.target_step is not None and status.data.get("target_step") is None:
-                status.data["target_step"] = outcome.target_step  # verl's own count
+            if outcome.target_step is not None and status.record.target_step is None:
+                status.set_target_step(outcome.target_step)  # verl's own count
             try:
                 write_merged(self.run_dir)
             except Exception:
@@ -692,9 +691,9 @@ class Driver:
             if self._stop_why and outcome.ended_by in ("preempted", "timeout", "cancelled"):
                 # the attempt's reason tells preemption, an administrator's requeue, scancel, the time limit apart
                 first = outcome.reason.splitlines()[0] if outcome.reason else ""
-                status.data["attempts"][-1]["reason"] = f"{self._stop_why}; {first}" if first else self._stop_why
+                status.set_attempt_reason(f"{self._stop_why}; {first}" if first else self._stop_why)
             elif outcome.ended_by == "node_failed":  # the next attempt overwrites the point's reason: keep it here
-                status.data["attempts"][-1]["reason"] = outcome.reason.splitlines()[0]
+                status.set_attempt_reason(outcome.reason.splitlines()[0])
             status.finish(
                 outcome.state,
                 ended_by=outcome.ended_by,

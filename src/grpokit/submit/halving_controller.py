@@ -30,7 +30,7 @@ from typing import Any
 
 from grpokit.config.point import PointSpec
 from grpokit.config.schema import ClusterConf
-from grpokit.run_folder import RunFolder, now, read_status, write_json_atomic
+from grpokit.run_folder import RunFolder, now, read_status, write_status
 from grpokit.run_folder.claim import open_existing
 from grpokit.run_folder.halving_record import HalvingPlan, HalvingRecord, HalvingStage, read_halving, write_halving
 from grpokit.run_folder.layout import HALVING
@@ -67,7 +67,7 @@ def observe(plan: HalvingPlan, stage: HalvingStage, run_dirs: Mapping[str, Path]
     seen = {}
     for name in stage.points:
         status = read_status(run_dirs[name])
-        state, last = status.get("state"), status.get("last_step")
+        state, last = status.state, status.last_step
         if rules.reached_rung(state, last, stage.target):
             seen[name] = rules.PointAtRung(state, last, *metric_at(run_dirs[name], plan.metric, stage.target))
         else:
@@ -158,10 +158,9 @@ def _prune(run_dir: Path, prune: rules.Prune) -> None:
     """Mark a point that completed its rung ``pruned`` (a final state) with the reason; a point
     already pruned by this stage (a restarted controller) is left as it is."""
     status = read_status(run_dir)
-    if status.get("state") == "pruned" and status.get("halving") == prune.marker:
+    if status.state == "pruned" and status.halving is not None and status.halving.to_json() == prune.marker:
         return
-    status.update(state="pruned", reason=prune.reason, halving=prune.marker, updated=now())
-    write_json_atomic(RunFolder(run_dir).status, status)
+    write_status(run_dir, status.with_fields(state="pruned", reason=prune.reason, halving=prune.marker, updated=now()))
 
 
 def _refuse_if_queued(job_name: str, since: str | None, where: str, what: str, fix: str) -> None:

@@ -64,8 +64,8 @@ def failed_here(specs: list[PointSpec], codes: list[int]) -> list[str]:
         if code == 0:
             continue
         status = read_status(Path(spec.run_dir))
-        reason = (str(status.get("reason") or "").strip().splitlines() or ["no reason recorded"])[0]
-        out.append(f"{spec.name} ({status.get('state') or 'no status.json'}): {reason}")
+        reason = (str(status.reason or "").strip().splitlines() or ["no reason recorded"])[0]
+        out.append(f"{spec.name} ({status.state or 'no status.json'}): {reason}")
     return out
 
 

@@ -18,14 +18,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from grpokit.config.point import PointSpec
-from grpokit.run_folder import FINAL_STATES, read_status
+from grpokit.run_folder import FINAL_STATES, PointStatus, read_status
 
 log = logging.getLogger(__name__)
 
 
 def attempt_counts(specs: list[PointSpec]) -> list[int]:
     """Attempts each point's status.json holds now (0 without one): taken right before submission."""
-    return [len(read_status(Path(s.run_dir)).get("attempts") or []) for s in specs]
+    return [len(read_status(Path(s.run_dir)).attempts) for s in specs]
 
 
 def _slurm_final(job_ids: list[str | None]) -> dict[str, str]:
@@ -37,7 +37,7 @@ def _slurm_final(job_ids: list[str | None]) -> dict[str, str]:
     return {j: st.state for j, st in job_states(wanted).items() if st.kit_state not in ("queued", "running", "unknown")}
 
 
-def _settled(spec: PointSpec, job_id: str | None, status: dict) -> str | None:
+def _settled(spec: PointSpec, job_id: str | None, status: PointStatus) -> str | None:
     """The liveness verdict on the point's open attempt (None: nothing proves it over). Slurm is
     asked only when the driver's record holds an outcome or its heartbeat is stale."""
     from grpokit.run_folder.heartbeat import read_record
@@ -62,7 +62,7 @@ def wait_for(
     poll_s: float = 5.0,
     gone_grace_s: float = 60.0,
     slurm_final: Callable[[list[str | None]], dict[str, str]] = _slurm_final,
-    settled: Callable[[PointSpec, str | None, dict], str | None] = _settled,
+    settled: Callable[[PointSpec, str | None, PointStatus], str | None] = _settled,
 ) -> list[str]:
     """Wait for this submission's points; returns each point's final state, in ``specs`` order.
 
@@ -83,10 +83,10 @@ def wait_for(
             if i in final:
                 continue
             status = read_status(Path(spec.run_dir))
-            attempts = status.get("attempts") or []
-            if status.get("state") in FINAL_STATES and len(attempts) > attempts_before[i]:
-                final[i] = str(status["state"])
-            elif len(attempts) > attempts_before[i] and not attempts[-1].get("end"):
+            attempts = status.attempts
+            if status.state in FINAL_STATES and len(attempts) > attempts_before[i]:
+                final[i] = str(status.state)
+            elif len(attempts) > attempts_before[i] and attempts[-1].is_open:
                 word = settled(spec, job_ids[i], status)
                 if word is not None and word not in ("queued", "running"):
                     final[i] = word

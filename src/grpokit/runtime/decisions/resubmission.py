@@ -14,9 +14,8 @@ from __future__ import annotations
 import json
 import secrets
 from pathlib import Path
-from typing import Any
 
-from grpokit.run_folder import RunFolder, now, read_status, write_json_atomic
+from grpokit.run_folder import PointStatus, RunFolder, now, read_status, write_json_atomic
 from grpokit.run_folder.layout import RESUBMIT
 
 RESUBMIT_FILE = RESUBMIT
@@ -25,18 +24,18 @@ RESUBMIT_FILE = RESUBMIT
 def request(run_dir: Path) -> str:
     """Login-node side: allow one more run of the point in ``run_dir``; returns the token."""
     token = f"{now()}-{secrets.token_hex(4)}"
-    state = read_status(Path(run_dir)).get("state")
+    state = read_status(Path(run_dir)).state
     write_json_atomic(RunFolder(run_dir).resubmit, {"token": token, "requested": now(), "previous_state": state})
     return token
 
 
-def pending(run_dir: Path, status: dict[str, Any]) -> str | None:
+def pending(run_dir: Path, status: PointStatus) -> str | None:
     """Driver side: the token of a resubmission not yet taken by a run of this point, else None."""
     path = RunFolder(run_dir).resubmit
     try:
         token = json.loads(path.read_text()).get("token")
     except (OSError, json.JSONDecodeError, AttributeError):
         return None
-    if not token or token == status.get("resubmission"):
+    if not token or token == status.resubmission:
         return None
     return str(token)

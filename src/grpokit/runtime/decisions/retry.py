@@ -36,6 +36,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from grpokit.run_folder.status_record import Attempt
 
 #: ``ended_by`` of an attempt whose trainer crashed (exited non-zero by itself).
 CRASH = "failed"
@@ -77,7 +82,7 @@ def decide(
     *,
     kind: str,
     nodes: list[str],
-    earlier: list[dict],
+    earlier: Sequence[Attempt],
     max_retries: int,
     backoff_s: float,
     in_slurm: bool,
@@ -89,8 +94,8 @@ def decide(
     Args:
         kind: :func:`crash_kind` of this attempt.
         nodes: the Slurm nodes this attempt ran on.
-        earlier: the point's earlier attempts since its last resubmission (``status.json``
-            attempts: ``ended_by``, ``crash``, ``nodes``).
+        earlier: the point's earlier attempts since its last resubmission (``status.json``'s
+            :class:`~grpokit.run_folder.status_record.Attempt` records: ``ended_by``, ``crash``, ``nodes``).
         max_retries: ``runtime.max_retries`` (retries per point since its last resubmission).
         backoff_s: ``runtime.retry_backoff_s``, doubled for each retry already made.
         in_slurm: whether the attempt ran as a Slurm job (only Slurm requeues it).
@@ -103,15 +108,15 @@ def decide(
         return Decision(False, "not retried outside Slurm: run the same command again to resume")
     if max_retries <= 0:
         return Decision(False, "not retried (runtime.max_retries=0)")
-    crashes = [a for a in earlier if a.get("ended_by") in RETRIED and a.get("crash")]
+    crashes = [a for a in earlier if a.ended_by in RETRIED and a.crash]
     for before in crashes:
-        if before["crash"] == kind and set(before.get("nodes") or []) != set(nodes):
-            where = ", ".join([*(before.get("nodes") or ["?"]), *nodes])
+        if before.crash == kind and set(before.nodes or []) != set(nodes):
+            where = ", ".join([*(before.nodes or ["?"]), *nodes])
             return Decision(False, f"same crash twice on {where} ({kind}): not retried")
     used = len(crashes)
     if used >= max_retries:
         return Decision(False, f"not retried: runtime.max_retries={max_retries} spent ({used} retried crash(es))")
-    exclude = sorted({n for a in crashes for n in (a.get("nodes") or [])} | set(nodes))
+    exclude = sorted({n for a in crashes for n in (a.nodes or [])} | set(nodes))
     note = f"excluding {', '.join(exclude)}"
     if pinned:
         exclude, note = [], f"no node excluded (the point asks for nodelist={pinned})"

@@ -38,8 +38,11 @@ from __future__ import annotations
 
 import dataclasses
 import signal
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from grpokit.run_folder.status_record import Attempt
 
 #: Slack over the lead within which a USR2 counts as the time-limit warning (s): Slurm's periodic
 #: check sends it up to 30 s early, and squeue rounds to seconds.
@@ -154,11 +157,11 @@ def decide_hang(*, timeouts_so_far: int, max_timeout_requeues: int, in_slurm: bo
     )
 
 
-def count_timeouts(attempts: Sequence[Mapping[str, Any]], since: str | None) -> int:
+def count_timeouts(attempts: Sequence[Attempt], since: str | None) -> int:
     """``timeouts_so_far`` of :func:`decide` / :func:`decide_hang`: the earlier attempts (every one
     but the last, the running one) that ended by ``timeout`` or ``hung`` since the point's last
     explicit resubmission ``since`` (``status.json``'s ``resubmission`` token, None before any)."""
-    return sum(1 for a in attempts[:-1] if a.get("ended_by") in ("timeout", "hung") and a.get("resubmission") == since)
+    return sum(1 for a in attempts[:-1] if a.ended_by in ("timeout", "hung") and a.resubmission == since)
 
 
 #: The shortest save budget (s): a request must leave the trainer time to reach a step boundary.

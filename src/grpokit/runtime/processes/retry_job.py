@@ -19,6 +19,7 @@ from pathlib import Path
 
 from grpokit.config.point import PointSpec
 from grpokit.run_folder.layout import AttemptFolder
+from grpokit.run_folder.status_file import StatusFile
 from grpokit.runtime.decisions.first_error import first_error_in_file
 from grpokit.runtime.decisions.outcome import Outcome
 from grpokit.runtime.decisions.retry import CRASH, RAY_FAILED, Decision, crash_kind, decide
@@ -33,7 +34,7 @@ DEFAULT_MAX_RETRIES, DEFAULT_BACKOFF_S = 1, 60.0
 
 
 def on_outcome(
-    spec: PointSpec, status, outcome: Outcome, attempt_dir: Path | None, host
+    spec: PointSpec, status: StatusFile, outcome: Outcome, attempt_dir: Path | None, host
 ) -> tuple[Outcome, Decision | None]:
     """The attempt's outcome, turned into a retry (``requeued``, ``requeue``) when it is a crash
     that :func:`~grpokit.runtime.decisions.retry.decide` retries; ``(outcome, None)`` when it is no crash.
@@ -55,8 +56,8 @@ def on_outcome(
         nodes = list(host.node_names()) if in_slurm else []
     except (OSError, subprocess.CalledProcessError):
         nodes = [JobEnv.from_env().nodename or "?"]
-    since = status.data.get("resubmission")
-    earlier = [a for a in status.data["attempts"][:-1] if a.get("resubmission") == since]
+    since = status.record.resubmission
+    earlier = [a for a in status.record.attempts[:-1] if a.resubmission == since]
     runtime = spec.runtime
     decision = decide(
         kind=kind,

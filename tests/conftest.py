@@ -71,7 +71,7 @@ def kit_overrides(tiny_model_dir: Path, gsm8k_dir: Path, tmp_path: Path) -> list
 
 
 # The bundled cluster's request (configs/cluster/slurm_local.yaml, what a user types there), with
-# settings a user would not pass, each for the test suite's sake: one CPU per job (two test files
+# settings a user would not pass, each for the test suite's sake: one CPU per job (three test files
 # share the 3 x 8 CPU nodes at once, on a 2-core machine), a 15-minute limit and a 60 s warning (a
 # stuck test job ends well inside the suite's time), at most 4 array tasks at once.
 SLURM_TEST_CLUSTER = [

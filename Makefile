@@ -45,17 +45,19 @@ run: install
 cluster:
 	bash slurm/local_cluster.sh up
 
-# Three parts. The unit tests (no Slurm job, no port of the kit's range) run while the tests
-# marked cluster_exclusive (they preempt whole nodes, set a node down or need one node's GPUs to
-# themselves) have the cluster alone, one at a time; then the other integration tests, three pytest
-# workers (one test file each) sharing the cluster (their jobs wait on Slurm and Ray more than they
-# compute). The unit part's output follows the exclusive part's; the target fails if either failed.
+# Three parts. The tests that submit no Slurm job (tests/unit, and the integration tests not marked
+# slurm) run while the tests marked cluster_exclusive (they preempt whole nodes, set a node down or
+# need one node's GPUs to themselves) have the cluster alone, one at a time; then the other
+# integration tests, three pytest workers (one test file each, the longest files first:
+# tests/conftest.py LONGEST_FIRST) sharing the cluster. The first part's output follows the exclusive part's;
+# the target fails if any part failed.
 test: install cluster
-	@$(PY) -m pytest -q -p no:cacheprovider tests/unit --durations=5 > .pytest-unit.log 2>&1 & unit=$$!; \
+	@$(PY) -m pytest -q -p no:cacheprovider -m "not slurm and not cluster_exclusive" tests/unit tests/integration \
+	    --durations=5 > .pytest-no-jobs.log 2>&1 & nojobs=$$!; \
 	  $(PY) -m pytest -q -m cluster_exclusive tests/integration --durations=10; excl=$$?; \
-	  wait $$unit; unit_rc=$$?; cat .pytest-unit.log; \
-	  test $$excl -eq 0 -a $$unit_rc -eq 0
-	$(PY) -m pytest -q -n 3 --dist loadfile -m "not cluster_exclusive" tests/integration --durations=20
+	  wait $$nojobs; nojobs_rc=$$?; cat .pytest-no-jobs.log; \
+	  test $$excl -eq 0 -a $$nojobs_rc -eq 0
+	$(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder -m "slurm and not cluster_exclusive" tests/unit tests/integration --durations=20
 
 lint:
 	$(PY) -m ruff check src launch tests bench

@@ -258,3 +258,30 @@ def bare_point():
     """``bare_point(run_root, index=0, cluster=None, sweep_name="s", **fields)``: a minimal PointSpec
     (tests cannot import conftest)."""
     return _bare_point
+
+
+# --- the order the parallel part starts its files in ---------------------------------------------
+
+#: The integration files that run longest, about longest first (each file's tests took 2.5-7.5
+#: minutes in a fresh clone's `make test` on the 2-core machine, 2026-12-03).
+#: `make test` runs `pytest-xdist --dist loadfile --no-loadscope-reorder`, which hands files to the
+#: workers in collection order: started first, a long file no longer becomes the suite's tail
+#: (xdist's own reorder puts files with many tests first, and the README test, one test of 6 minutes,
+#: last). Only the schedule depends on this list; a file missing from it runs after these.
+LONGEST_FIRST = (
+    "test_readme_commands.py",
+    "test_array_signals_slurm.py",
+    "test_preemption_slurm.py",
+    "test_chain_slurm.py",
+    "test_outcomes_slurm.py",
+    "test_sweep_slurm.py",
+    "test_guards_slurm.py",
+    "test_runtime_slurm.py",
+    "test_halving_slurm.py",
+    "test_retry_slurm.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FIRST)))  # stable: file order kept within

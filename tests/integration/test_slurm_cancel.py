@@ -6,7 +6,11 @@ import subprocess
 import time
 import uuid
 
+import pytest
+
 from grpokit.slurm.scancel import scancel
+
+pytestmark = [pytest.mark.slurm]  # it submits a (held) job
 
 
 def _squeue(job_id: str) -> str:

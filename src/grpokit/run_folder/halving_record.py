@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from grpokit.run_folder.atomic import write_json_atomic
-from grpokit.run_folder.json_record import Spec, checked_fields
+from grpokit.run_folder.json_record import Spec, checked_fields, is_int, is_number, is_str, list_of, optional
 from grpokit.run_folder.layout import HALVING
 
 
@@ -173,56 +173,36 @@ class HalvingRecord:
 
 
 # -- reading: each key, whether it must be there, and what its value must be ------------------------------
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_str(v: Any) -> bool:
-    return isinstance(v, str)
-
-
-def _is_opt_str(v: Any) -> bool:
-    return v is None or isinstance(v, str)
-
-
-def _list_of(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    return lambda v: isinstance(v, list) and all(check(x) for x in v)
-
-
-def _is_number(v: Any) -> bool:
-    return (isinstance(v, int | float) and not isinstance(v, bool)) or v is None
-
-
 #: key -> (required, check, what the value must be)
 _TOP: Spec = {
-    "rungs": (True, _list_of(_is_int), "a list of steps"),
-    "keep": (True, lambda v: _is_number(v) and v is not None, "a fraction"),
-    "metric": (True, _is_str, "a metric key"),
+    "rungs": (True, list_of(is_int), "a list of steps"),
+    "keep": (True, is_number, "a fraction"),
+    "metric": (True, is_str, "a metric key"),
     "mode": (True, lambda v: v in ("max", "min"), "max or min"),
-    "final_target": (True, _is_int, "a step"),
-    "stage": (True, _is_int, "a stage index"),
+    "final_target": (True, is_int, "a step"),
+    "stage": (True, is_int, "a stage index"),
     "stages": (True, lambda v: isinstance(v, list), "a list of stages"),
 }
 _STAGE: Spec = {
-    "stage": (True, _is_int, "a stage index"),
-    "target": (True, _is_int, "a step"),
-    "points": (True, _list_of(_is_str), "a list of point names"),
-    "job_ids": (True, _list_of(_is_opt_str), "a list of Slurm ids"),
-    "controller": (False, _is_opt_str, "a Slurm id or null"),
-    "controller_restart": (False, _is_opt_str, "a Slurm id or null"),
+    "stage": (True, is_int, "a stage index"),
+    "target": (True, is_int, "a step"),
+    "points": (True, list_of(is_str), "a list of point names"),
+    "job_ids": (True, list_of(optional(is_str)), "a list of Slurm ids"),
+    "controller": (False, optional(is_str), "a Slurm id or null"),
+    "controller_restart": (False, optional(is_str), "a Slurm id or null"),
     "ranked": (False, lambda v: isinstance(v, list), "a list of {name, value, rank}"),
-    "kept": (False, _list_of(_is_str), "a list of point names"),
-    "pruned": (False, _list_of(_is_str), "a list of point names"),
-    "out": (False, lambda v: isinstance(v, dict) and all(map(_is_str, v.values())), "{name: state}"),
-    "metric_key": (False, _is_opt_str, "a metric key"),
-    "decided": (False, _is_opt_str, "an ISO time"),
-    "resubmitting": (False, _is_opt_str, "an ISO time"),
-    "controller_submitting": (False, _is_opt_str, "an ISO time"),
+    "kept": (False, list_of(is_str), "a list of point names"),
+    "pruned": (False, list_of(is_str), "a list of point names"),
+    "out": (False, lambda v: isinstance(v, dict) and all(map(is_str, v.values())), "{name: state}"),
+    "metric_key": (False, optional(is_str), "a metric key"),
+    "decided": (False, optional(is_str), "an ISO time"),
+    "resubmitting": (False, optional(is_str), "an ISO time"),
+    "controller_submitting": (False, optional(is_str), "an ISO time"),
 }
 _RANKED: Spec = {
-    "name": (True, _is_str, "a point name"),
-    "value": (True, _is_number, "a number or null"),
-    "rank": (True, _is_int, "a rank (1 = best)"),
+    "name": (True, is_str, "a point name"),
+    "value": (True, optional(is_number), "a number or null"),
+    "rank": (True, is_int, "a rank (1 = best)"),
 }
 
 

@@ -1,4 +1,5 @@
-"""The key check of the run folder's typed JSON records (``manifest.json``, ``halving.json``)."""
+"""The key check of the run folder's typed JSON records (``manifest.json``, ``halving.json``,
+``status.json``), and the value checks their key tables use."""
 
 from __future__ import annotations
 
@@ -53,3 +54,32 @@ def checked_fields(
             raise error(f"{source}: {where}{key}={value!r} must be {what}")
         out[key] = value
     return out
+
+
+# -- the value checks of the records' key tables ----------------------------------------------------
+def is_int(v: Any) -> bool:
+    """An integer that is not a bool (JSON's ``true`` is not a step)."""
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_number(v: Any) -> bool:
+    """An int or a float that is not a bool."""
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def is_str(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def is_dict(v: Any) -> bool:
+    return isinstance(v, dict)
+
+
+def list_of(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    """A JSON list whose every element passes ``check``."""
+    return lambda v: isinstance(v, list) and all(check(x) for x in v)
+
+
+def optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    """``null`` or a value that passes ``check``."""
+    return lambda v: v is None or check(v)

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpokit.run_folder.atomic import now, write_json_atomic
-from grpokit.run_folder.json_record import Spec, checked_fields
+from grpokit.run_folder.json_record import Spec, checked_fields, is_int, is_str, list_of, optional
 from grpokit.run_folder.layout import MANIFEST
 
 if TYPE_CHECKING:
@@ -183,51 +182,35 @@ class SweepManifest:
 
 
 # -- reading: each key, whether it must be there, and what its value must be ------------------------------
-def _is_opt(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    return lambda v: v is None or check(v)
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_str(v: Any) -> bool:
-    return isinstance(v, str)
-
-
-def _is_str_list(v: Any) -> bool:
-    return isinstance(v, list) and all(isinstance(x, str) for x in v)
-
-
 #: key -> (required, check, what the value must be)
 _TOP: Spec = {
-    "sweep": (False, _is_opt(_is_str), "the sweep's name"),
-    "created": (False, _is_opt(_is_str), "an ISO time"),
-    "experiment": (False, _is_opt(_is_str), "the experiment's name"),
-    "cluster": (False, _is_opt(_is_str), "the cluster kind"),
-    "swept_keys": (False, _is_opt(_is_str_list), "a list of keys"),
-    "dry_run": (False, _is_opt(lambda v: isinstance(v, bool)), "true or false"),
-    "rehearsal": (False, _is_opt(lambda v: isinstance(v, bool)), "true or false"),
-    "code": (False, _is_opt(lambda v: isinstance(v, dict)), "the code snapshot's {path, commit, dirty} or null"),
-    "submission_refused": (False, _is_opt(_is_str), "sbatch's refusal"),
+    "sweep": (False, optional(is_str), "the sweep's name"),
+    "created": (False, optional(is_str), "an ISO time"),
+    "experiment": (False, optional(is_str), "the experiment's name"),
+    "cluster": (False, optional(is_str), "the cluster kind"),
+    "swept_keys": (False, optional(list_of(is_str)), "a list of keys"),
+    "dry_run": (False, optional(lambda v: isinstance(v, bool)), "true or false"),
+    "rehearsal": (False, optional(lambda v: isinstance(v, bool)), "true or false"),
+    "code": (False, optional(lambda v: isinstance(v, dict)), "the code snapshot's {path, commit, dirty} or null"),
+    "submission_refused": (False, optional(is_str), "sbatch's refusal"),
     "points": (True, lambda v: isinstance(v, list), "a list of points"),
 }
 _POINT: Spec = {
-    "index": (True, _is_int, "the point's index"),
-    "name": (True, _is_str, "the point's name"),
-    "run_dir": (True, _is_str, "the run folder's path"),
-    "overrides": (False, _is_opt(_is_str_list), "a list of overrides"),
-    "swept": (False, _is_opt(lambda v: isinstance(v, dict)), "{key: value}"),
-    "job_id": (False, _is_opt(_is_str), "a Slurm id or null"),
-    "array_job_id": (False, _is_opt(_is_str), "a Slurm array id or null"),
-    "array_task_id": (False, _is_opt(_is_int), "a task index or null"),
-    "submitted": (False, _is_opt(_is_str), "an ISO time or null"),
-    "history": (False, _is_opt(lambda v: isinstance(v, list)), "a list of replaced jobs"),
+    "index": (True, is_int, "the point's index"),
+    "name": (True, is_str, "the point's name"),
+    "run_dir": (True, is_str, "the run folder's path"),
+    "overrides": (False, optional(list_of(is_str)), "a list of overrides"),
+    "swept": (False, optional(lambda v: isinstance(v, dict)), "{key: value}"),
+    "job_id": (False, optional(is_str), "a Slurm id or null"),
+    "array_job_id": (False, optional(is_str), "a Slurm array id or null"),
+    "array_task_id": (False, optional(is_int), "a task index or null"),
+    "submitted": (False, optional(is_str), "an ISO time or null"),
+    "history": (False, optional(lambda v: isinstance(v, list)), "a list of replaced jobs"),
 }
 _HISTORY: Spec = {
-    "job_id": (True, _is_opt(_is_str), "a Slurm id or null"),
-    "state": (True, _is_str, "the state it was replaced in"),
-    "replaced": (True, _is_str, "an ISO time"),
+    "job_id": (True, optional(is_str), "a Slurm id or null"),
+    "state": (True, is_str, "the state it was replaced in"),
+    "replaced": (True, is_str, "an ISO time"),
 }
 
 

@@ -33,12 +33,12 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Self
 
 from grpokit.run_folder.atomic import write_json_atomic
-from grpokit.run_folder.json_record import Spec, checked_fields
+from grpokit.run_folder.json_record import Spec, checked_fields, is_dict, is_int, is_number, is_str, list_of
 from grpokit.run_folder.layout import STATUS
 from grpokit.run_folder.states import PointState
 
@@ -250,76 +250,56 @@ class PointStatus(_Record):
 
 
 # -- reading: each key, whether it must be there, and what its value must be ------------------------------
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
-def _is_str(v: Any) -> bool:
-    return isinstance(v, str)
-
-
-def _is_dict(v: Any) -> bool:
-    return isinstance(v, dict)
-
-
-def _list_of(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    return lambda v: isinstance(v, list) and all(check(x) for x in v)
-
-
 def _timings(v: Any) -> bool:
-    return isinstance(v, dict) and all(_is_str(k) and _is_number(x) for k, x in v.items())
+    return isinstance(v, dict) and all(is_str(k) and is_number(x) for k, x in v.items())
 
 
 #: key -> (required, check, what the value must be); an optional key may also be null
 _TOP: Spec = {
-    "state": (True, _is_str, "a state word (docs/run-folder.md)"),
-    "reason": (False, _is_str, "a text"),
-    "exit_code": (False, _is_int, "an exit code"),
-    "target_step": (False, _is_int, "a step"),
-    "last_step": (False, _is_int, "a step"),
-    "slurm": (False, _is_dict, "the job's {job_id, array_job_id, ...}"),
-    "resubmission": (False, _is_str, "a resubmit.json token"),
+    "state": (True, is_str, "a state word (docs/run-folder.md)"),
+    "reason": (False, is_str, "a text"),
+    "exit_code": (False, is_int, "an exit code"),
+    "target_step": (False, is_int, "a step"),
+    "last_step": (False, is_int, "a step"),
+    "slurm": (False, is_dict, "the job's {job_id, array_job_id, ...}"),
+    "resubmission": (False, is_str, "a resubmit.json token"),
     "rehearsal": (False, lambda v: isinstance(v, bool), "true or false"),
-    "halving": (False, _is_dict, "{stage, rung, rank}"),
+    "halving": (False, is_dict, "{stage, rung, rank}"),
     "attempts": (False, lambda v: isinstance(v, list), "a list of attempts"),
-    "updated": (False, _is_str, "an ISO time"),
+    "updated": (False, is_str, "an ISO time"),
 }
 _SLURM: Spec = {
-    "job_id": (False, _is_str, "a Slurm id"),
-    "array_job_id": (False, _is_str, "a Slurm array id"),
-    "array_task_id": (False, _is_int, "a task index"),
-    "restart_count": (False, _is_int, "Slurm's restart count"),
-    "nodelist": (False, _is_str, "a Slurm node list"),
-    "partition": (False, _is_str, "a partition name"),
-    "gpus": (False, _is_int, "a GPU count"),
+    "job_id": (False, is_str, "a Slurm id"),
+    "array_job_id": (False, is_str, "a Slurm array id"),
+    "array_task_id": (False, is_int, "a task index"),
+    "restart_count": (False, is_int, "Slurm's restart count"),
+    "nodelist": (False, is_str, "a Slurm node list"),
+    "partition": (False, is_str, "a partition name"),
+    "gpus": (False, is_int, "a GPU count"),
 }
 _HALVING: Spec = {
-    "stage": (True, _is_int, "a stage index"),
-    "rung": (True, _is_int, "a step"),
-    "rank": (True, _is_int, "a rank (1 = best)"),
+    "stage": (True, is_int, "a stage index"),
+    "rung": (True, is_int, "a step"),
+    "rank": (True, is_int, "a rank (1 = best)"),
 }
 _ATTEMPT: Spec = {
-    "attempt": (True, _is_int, "the attempt's number"),
-    "start": (True, _is_str, "an ISO time"),
-    "end": (False, _is_str, "an ISO time"),
-    "ended_by": (False, _is_str, "an ended_by word (docs/run-folder.md)"),
-    "slurm_state": (False, _is_str, "a Slurm state"),
-    "exit_code": (False, _is_int, "an exit code"),
-    "first_step": (False, _is_int, "a step"),
-    "last_step": (False, _is_int, "a step"),
-    "elapsed_s": (False, _is_number, "seconds"),
-    "resubmission": (False, _is_str, "a resubmit.json token"),
-    "crash": (False, _is_str, "a crash kind"),
-    "nodes": (False, _list_of(_is_str), "a list of node names"),
-    "reason": (False, _is_str, "a text"),
-    "retry": (False, _is_str, "the retry decision"),
-    "resume_step": (False, _is_int, "a step"),
-    "compile_cache_seeded_from": (False, _is_str, "a folder"),
-    "checkpoint_set_aside": (False, _is_str, "a text"),
+    "attempt": (True, is_int, "the attempt's number"),
+    "start": (True, is_str, "an ISO time"),
+    "end": (False, is_str, "an ISO time"),
+    "ended_by": (False, is_str, "an ended_by word (docs/run-folder.md)"),
+    "slurm_state": (False, is_str, "a Slurm state"),
+    "exit_code": (False, is_int, "an exit code"),
+    "first_step": (False, is_int, "a step"),
+    "last_step": (False, is_int, "a step"),
+    "elapsed_s": (False, is_number, "seconds"),
+    "resubmission": (False, is_str, "a resubmit.json token"),
+    "crash": (False, is_str, "a crash kind"),
+    "nodes": (False, list_of(is_str), "a list of node names"),
+    "reason": (False, is_str, "a text"),
+    "retry": (False, is_str, "the retry decision"),
+    "resume_step": (False, is_int, "a step"),
+    "compile_cache_seeded_from": (False, is_str, "a folder"),
+    "checkpoint_set_aside": (False, is_str, "a text"),
     "timings": (False, _timings, "{phase: seconds}"),
 }
 

@@ -46,18 +46,23 @@ cluster:
 	bash slurm/local_cluster.sh up
 
 # Three parts. The tests that submit no Slurm job (tests/unit, and the integration tests not marked
-# slurm) run while the tests marked cluster_exclusive (they preempt whole nodes, set a node down or
-# need one node's GPUs to themselves) have the cluster alone, one at a time; then the other
-# integration tests, three pytest workers (one test file each, the longest files first:
-# tests/conftest.py LONGEST_FIRST) sharing the cluster. The first part's output follows the exclusive part's;
-# the target fails if any part failed.
+# slurm) start in the background; the tests marked cluster_exclusive (they preempt whole nodes, set
+# a node down or need one node's GPUs to themselves) have the cluster alone, one at a time; as soon
+# as they end, three pytest workers (one test file each, the longest files first: tests/conftest.py
+# LONGEST_FIRST) share the cluster for the other integration tests, while the first part may still
+# run. Its output comes last; the target fails if any part failed.
+# The three pytest commands share one folder of set-up built once (tiny model, GSM8K parquet:
+# tests/conftest.py::built_once), so verl's verdict on a config is asked once for the whole run.
+test: export GRPOKIT_TEST_SHARED_DIR := $(CURDIR)/.pytest-shared
 test: install cluster
+	@rm -rf .pytest-shared
 	@$(PY) -m pytest -q -p no:cacheprovider -m "not slurm and not cluster_exclusive" tests/unit tests/integration \
 	    --durations=5 > .pytest-no-jobs.log 2>&1 & nojobs=$$!; \
 	  $(PY) -m pytest -q -m cluster_exclusive tests/integration --durations=10; excl=$$?; \
-	  wait $$nojobs; nojobs_rc=$$?; cat .pytest-no-jobs.log; \
-	  test $$excl -eq 0 -a $$nojobs_rc -eq 0
-	$(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder -m "slurm and not cluster_exclusive" tests/unit tests/integration --durations=20
+	  $(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder -m "slurm and not cluster_exclusive" \
+	    tests/unit tests/integration --durations=20; shared=$$?; \
+	  wait $$nojobs; nojobs_rc=$$?; echo "--- the tests that submit no job:"; cat .pytest-no-jobs.log; \
+	  test $$excl -eq 0 -a $$shared -eq 0 -a $$nojobs_rc -eq 0
 
 lint:
 	$(PY) -m ruff check src launch tests bench

@@ -2,30 +2,21 @@
 
 from __future__ import annotations
 
+import functools
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The default random-weight smoke model (`launch/make_tiny_model.py`), built once a session."""
-    from grpokit.models import build_model
-
-    return build_model(tmp_path_factory.mktemp("tiny_model") / "tiny", like="tiny", seed=0)
-
+from grpokit.run_folder import FINAL_STATES, read_status
 
 # --- the kit end to end: sweeps through launch/sweep.py, jobs on the local Slurm cluster ---------
-
-import json  # noqa: E402
-import math  # noqa: E402
-import os  # noqa: E402
-import shutil  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-
-from grpokit.run_folder import FINAL_STATES, read_status  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("GRPOKIT_SHARED", REPO.parent / "shared"))
@@ -33,24 +24,86 @@ FAKE_TRAINER = REPO / "tests" / "doubles" / "fake_verl_trainer.py"
 FINAL = FINAL_STATES  # the kit's own final states (grpokit.run_folder.states)
 
 
+@functools.cache
 def slurm_up() -> bool:
+    """Whether the local Slurm cluster is up: ``sinfo`` lists a node that can run jobs.
+
+    Asked once per test process (the answer is kept): a controller busy with three test workers'
+    jobs may answer a later ``sinfo`` with a time-out, and a busy cluster is not an absent one (a
+    test must then fail on what it waits for, not skip). The first question is asked again for
+    up to 30 s while ``sinfo`` errs or times out, unless no controller listens at all.
+    """
     if not shutil.which("sinfo"):
         return False
-    out = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=20)
-    return out.returncode == 0 and any(s.startswith(("idle", "mix", "alloc")) for s in out.stdout.split())
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            out = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=20)
+        except subprocess.TimeoutExpired:
+            out = None
+        if out is not None and out.returncode == 0:
+            return any(s.startswith(("idle", "mix", "alloc", "comp")) for s in out.stdout.split())
+        if (out is not None and "connect failure" in out.stderr) or time.monotonic() > deadline:
+            return False
+        time.sleep(2)
 
 
-requires_slurm = pytest.mark.skipif(not slurm_up(), reason="no local Slurm cluster (bash slurm/local_cluster.sh up)")
+def run_shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder every pytest process of one test run shares.
+
+    ``$GRPOKIT_TEST_SHARED_DIR`` when set (``make test`` sets one for its three pytest commands),
+    else the run's base temporary folder: pytest-xdist's workers' common parent, or the one
+    process's own ``--basetemp``.
+    """
+    if os.environ.get("GRPOKIT_TEST_SHARED_DIR"):
+        return Path(os.environ["GRPOKIT_TEST_SHARED_DIR"])
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build) -> Path:
+    """``build(folder) -> Path`` run once for all pytest processes of a run; the others wait and reuse it.
+
+    The folder is ``<run_shared_dir>/<name>``; an exclusive ``flock`` on ``<name>.lock`` orders
+    the processes, and ``<name>.done`` (written last) holds the result, so a build that failed
+    half-way is built again by the next process. Sharing the built files also shares their
+    paths, and with them the verl verdicts recorded for configs that name them
+    (:mod:`grpokit.validate.verl_verdicts`): one verl import per config for the whole run, not
+    one per pytest worker.
+    """
+    import fcntl
+
+    root = run_shared_dir(tmp_path_factory)
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = root / f"{name}.done"
+        if not done.exists():
+            folder = root / name
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            done.write_text(str(build(folder)))
+        return Path(done.read_text())
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The default random-weight smoke model (`launch/make_tiny_model.py`), built once a run."""
+    from grpokit.models import build_model
+
+    return built_once(tmp_path_factory, "tiny_model", lambda out: build_model(out / "tiny", like="tiny", seed=0))
 
 
 @pytest.fixture(scope="session")
 def gsm8k_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Real GSM8K (../shared/data/gsm8k) in verl's parquet format, built once a session."""
+    """Real GSM8K (../shared/data/gsm8k) in verl's parquet format, built once a run."""
     from grpokit.tasks.gsm8k.data import build
 
-    out = tmp_path_factory.mktemp("gsm8k")
-    build(str(SHARED / "data" / "gsm8k"), out)
-    return out
+    def build_gsm8k(out: Path) -> Path:
+        build(str(SHARED / "data" / "gsm8k"), out)
+        return out
+
+    return built_once(tmp_path_factory, "gsm8k", build_gsm8k)
 
 
 @pytest.fixture
@@ -87,13 +140,21 @@ SLURM_TEST_CLUSTER = [
 def run_kit(
     script: str, args: list[str], *, env: dict | None = None, timeout: float = 300
 ) -> subprocess.CompletedProcess:
-    """Run ``launch/<script>`` as a user would; output captured."""
+    """Run ``launch/<script>`` as a user would; output captured.
+
+    One setting a user would not pass, for the suite's CPU: ``GRPOKIT_VALIDATE_IN_PROCESS=1``
+    (unless ``env`` sets it). By default a command forks a validator that imports verl while Hydra
+    composes, and kills it unused when verl's verdict on every point is on record
+    (grpokit.validate.overlap): about 1 s of CPU spent for nothing per repeated command, on a
+    2-core machine whose tests are CPU-bound. The forked path is tested by
+    ``tests/unit/test_fast_sweep_path.py`` and by every README command (test_readme_commands.py).
+    """
     return subprocess.run(
         [sys.executable, str(REPO / "launch" / script), *args],
         capture_output=True,
         text=True,
         cwd=REPO,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, "GRPOKIT_VALIDATE_IN_PROCESS": "1", **(env or {})},
         timeout=timeout,
     )
 

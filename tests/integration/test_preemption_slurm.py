@@ -103,6 +103,13 @@ def check_redone(steps: list[list[int]], allowed: int) -> None:
 def test_point_survives_two_preemptions_and_a_time_limit(
     kit, slurm, kit_overrides, tmp_path, user_signal_on_preemption
 ):
+    """Two preemptions through ``urgent`` (USR2 with a GraceTime), then Slurm's own ``--signal``
+    warning at the time limit: four attempts, every step exactly once.
+
+    The third attempt's limit is brought near once it trains (``kit.bring_time_limit_near``: the
+    warning comes 0-35 s after the minute it is due, as at a submitted ``--time``), instead of a
+    3-minute ``--time`` that every attempt must first spend on its start; the submitted limit is put
+    back for the fourth, as for a requeued job."""
     env = {"FAKE_TRAINER_STEP_S": "1"}
     out = kit.run(
         "sweep.py",
@@ -111,9 +118,9 @@ def test_point_survives_two_preemptions_and_a_time_limit(
             *kit_overrides,
             *kit.slurm_cluster,
             "sweep_name=pre",
-            "cluster.timeout_min=3",
             "+cluster.additional_parameters.nodelist=node3",
-            "verl.trainer.total_training_steps=150",  # the third attempt cannot finish in one 3-min limit
+            # more than the third attempt trains before its warning (at most ~95 s after its step 2)
+            "verl.trainer.total_training_steps=150",
             "verl.trainer.total_epochs=2",  # 150 steps of batch 8 need more than the 1024 prompts once
             "verl.trainer.save_freq=50",
             "verl.trainer.test_freq=-1",
@@ -122,19 +129,30 @@ def test_point_survives_two_preemptions_and_a_time_limit(
     )
     assert out.returncode == 0, out.stderr[-3000:]
     point = kit.manifest(tmp_path / "logs" / "pre")["points"][0]
-    run_dir = Path(point["run_dir"])
+    run_dir, job = Path(point["run_dir"]), point["job_id"]
+
+    def wait_attempt_running(attempt: int) -> None:
+        deadline = time.monotonic() + 240
+        while len(kit.read_status(run_dir)["attempts"]) < attempt or kit.read_status(run_dir)["state"] != "running":
+            assert time.monotonic() < deadline, kit.read_status(run_dir)
+            time.sleep(1)
+
     for attempt in (1, 2):
         wait_for_new_steps(run_dir, attempt, 5, timeout=240)
         preempt("node3", tmp_path)
-        deadline = time.monotonic() + 240
-        while len(kit.read_status(run_dir)["attempts"]) < attempt + 1 or kit.read_status(run_dir)["state"] != "running":
-            assert time.monotonic() < deadline, kit.read_status(run_dir)
-            time.sleep(1)
-    status = kit.wait_final([run_dir], timeout=900)[0]
+        wait_attempt_running(attempt + 1)
+    wait_for_new_steps(run_dir, 3, 2, timeout=240)
+    (submitted,) = [int(o.split("=")[1]) for o in kit.slurm_cluster if o.startswith("cluster.timeout_min=")]
+    kit.bring_time_limit_near(job, lead_s=60)  # cluster.signal_delay_s of SLURM_TEST_CLUSTER
+    deadline = time.monotonic() + 240
+    while len(kit.read_status(run_dir)["attempts"]) < 4 or kit.slurm_job(job)["JobState"] not in ("PENDING", "RUNNING"):
+        assert time.monotonic() < deadline, kit.read_status(run_dir)
+        time.sleep(0.5)
+    kit.set_time_limit(job, submitted)
+    status = kit.wait_final([run_dir], timeout=600)[0]
     assert status["state"] == "completed", status.get("reason")
     ended = [a["ended_by"] for a in status["attempts"]]
-    assert ended[:2] == ["preempted", "preempted"], ended
-    assert "timeout" in ended[2:], ended
+    assert ended[:3] == ["preempted", "preempted", "timeout"], ended
     steps = attempt_steps(run_dir)
     merged = [json.loads(x)["step"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert merged == list(range(1, 151)), "every step exactly once in the merged series"

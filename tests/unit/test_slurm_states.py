@@ -97,21 +97,10 @@ def test_order_asks_later_commands_only_for_the_rest(monkeypatch):
     assert out["1"].source == "squeue" and out["2"].source == "scontrol" and "3" not in out
 
 
-def _cluster_up() -> bool:
-    if shutil.which("sbatch") is None:
-        return False
-    try:
-        return subprocess.run(["squeue", "-h"], capture_output=True, timeout=10).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
 @pytest.mark.slurm
 @pytest.mark.timeout(120)
-def test_real_cluster_array_job(tmp_path, monkeypatch):
+def test_real_cluster_array_job(slurm, tmp_path, monkeypatch):
     """Submit a small array job to the local test cluster and read it back through each command."""
-    if not _cluster_up():
-        pytest.skip("no Slurm cluster answering (bash slurm/local_cluster.sh up)")
     res = subprocess.run(
         [
             "sbatch",

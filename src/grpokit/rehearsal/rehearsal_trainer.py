@@ -364,6 +364,35 @@ def call_reward(cfg: dict[str, str]) -> dict[str, float]:
     return {f"reward/{k}": float(v) for k, v in result.items()}
 
 
+class ScalarEventWriter:
+    """TensorBoard scalars as verl's ``tensorboard`` logger writes them, without torch.
+
+    verl logs through ``torch.utils.tensorboard.SummaryWriter.add_scalar``, which hands
+    tensorboard's ``EventFileWriter`` one ``Event(step, wall_time, Summary(value=[Value(tag,
+    simple_value)]))`` per scalar (``torch/utils/tensorboard/summary.py::scalar``, ``new_style``
+    off); this writes the same events through the same writer (file
+    ``events.out.tfevents.<time>.<host>.<pid>.<n>`` in ``logdir``). Importing torch's writer costs
+    about 2 s of CPU at every trainer start; tensorboard's own, 0.4 s.
+    """
+
+    def __init__(self, logdir: str) -> None:
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        self._writer = EventFileWriter(logdir)
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        from tensorboard.compat.proto import event_pb2, summary_pb2
+
+        summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=float(value))])
+        self._writer.add_event(event_pb2.Event(summary=summary, step=step, wall_time=time.time()))
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
+
+
 def hang_forever(step: int) -> None:
     """Alive, no new step, no exit (verl#4709: a collective that never returns)."""
     print(f"hanging after step {step} (FAKE_TRAINER_HANG_AFTER)", file=sys.stderr, flush=True)
@@ -434,9 +463,7 @@ def main() -> int:
         log_path = Path(os.devnull)
     writer = None
     if os.environ.get("TENSORBOARD_DIR") and "tensorboard" in loggers:
-        from torch.utils.tensorboard import SummaryWriter
-
-        writer = SummaryWriter(os.environ["TENSORBOARD_DIR"])
+        writer = ScalarEventWriter(os.environ["TENSORBOARD_DIR"])
     tracking = None
     if "wandb" in loggers:
         # verl's REAL tracker (verl/utils/tracking.py, imports on CPU): wandb.init exactly as verl

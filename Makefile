@@ -58,6 +58,7 @@ test: install cluster
 	@rm -rf .pytest-shared
 	@$(PY) -m pytest -q -p no:cacheprovider -m "not slurm and not cluster_exclusive" tests/unit tests/integration \
 	    --durations=5 > .pytest-no-jobs.log 2>&1 & nojobs=$$!; \
+	  trap 'kill $$nojobs 2>/dev/null; exit 130' INT TERM; \
 	  $(PY) -m pytest -q -m cluster_exclusive tests/integration --durations=10; excl=$$?; \
 	  $(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder -m "slurm and not cluster_exclusive" \
 	    tests/unit tests/integration --durations=20; shared=$$?; \

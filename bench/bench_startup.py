@@ -34,6 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from grpokit.run_folder import FINAL_STATES, read_status
+
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("GRPOKIT_SHARED", REPO.parent / "shared"))
 
@@ -127,27 +129,27 @@ def run_kit(args, work: Path, model: Path, data: Path) -> dict:
     if out.returncode != 0:
         raise SystemExit(f"kit sweep failed:\n{out.stderr[-3000:]}")
     point = json.loads((work / "logs" / "bench_kit" / "manifest.json").read_text())["points"][0]
-    status_path = Path(point["run_dir"]) / "status.json"
     deadline = time.monotonic() + args.timeout
     while True:
-        status = json.loads(status_path.read_text()) if status_path.exists() else {}
-        if status.get("state") in ("completed", "failed", "cancelled", "skipped_no_gpu"):
+        status = read_status(point["run_dir"])  # the kit's record (a missing file: pending)
+        if status.state in FINAL_STATES:
             break
         if time.monotonic() > deadline:
             raise SystemExit(f"kit job not done after {args.timeout} s")
         time.sleep(1)
-    if status["state"] != "completed":
-        raise SystemExit(f"kit job {status['state']}: {status.get('reason')}")
+    if status.state != "completed":
+        raise SystemExit(f"kit job {status.state}: {status.reason}")
     rep = json.loads(report.read_text())
     start = slurm_start(point["job_id"])
     from grpokit.run_folder import startup_view as startup  # not needed by the trivial trainer
 
-    attempt = Path(point["run_dir"]) / "attempts" / str(status["attempts"][-1]["attempt"])
+    last = status.attempts[-1]
+    attempt = Path(point["run_dir"]) / "attempts" / str(last.attempt)
     return {
         "timeline": startup.one_line(startup.read(attempt)),
         "launched_s": rep["launched"] - start,
         "ray_ready_s": rep["ray_ready"] - start,
-        "driver_trainer_launched_s": status["attempts"][-1]["timings"].get("trainer_launched_s"),
+        "driver_trainer_launched_s": (last.timings or {}).get("trainer_launched_s"),
         "gpus": rep["resources"].get("GPU"),
         "job": point["job_id"],
     }

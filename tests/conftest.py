@@ -26,26 +26,27 @@ FINAL = FINAL_STATES  # the kit's own final states (grpokit.run_folder.states)
 
 @functools.cache
 def slurm_up() -> bool:
-    """Whether the local Slurm cluster is up: ``sinfo`` lists a node that can run jobs.
+    """Whether the local Slurm cluster is up; asked once per test process (the answer is kept).
 
-    Asked once per test process (the answer is kept): a controller busy with three test workers'
-    jobs may answer a later ``sinfo`` with a time-out, and a busy cluster is not an absent one (a
-    test must then fail on what it waits for, not skip). The first question is asked again for
-    up to 30 s while ``sinfo`` errs or times out, unless no controller listens at all.
+    False only when there is no ``sinfo``, no controller listens (``connect failure``: the cluster
+    was not started) or no node can run jobs. A controller busy with three test workers' jobs may
+    answer late or with an error: it is asked again for up to 60 s, and then counts as up, so a
+    test fails on what it waits for instead of skipping (a busy cluster is not an absent one).
     """
     if not shutil.which("sinfo"):
         return False
-    deadline = time.monotonic() + 30
-    while True:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
         try:
             out = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=20)
         except subprocess.TimeoutExpired:
-            out = None
-        if out is not None and out.returncode == 0:
+            continue
+        if out.returncode == 0:
             return any(s.startswith(("idle", "mix", "alloc", "comp")) for s in out.stdout.split())
-        if (out is not None and "connect failure" in out.stderr) or time.monotonic() > deadline:
+        if "connect failure" in out.stderr:
             return False
         time.sleep(2)
+    return True
 
 
 def run_shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -96,7 +97,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def gsm8k_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Real GSM8K (../shared/data/gsm8k) in verl's parquet format, built once a run."""
+    """Real GSM8K (``$GRPOKIT_SHARED/data/gsm8k``, ``kit.shared``) in verl's parquet format, built once a run."""
     from grpokit.tasks.gsm8k.data import build
 
     def build_gsm8k(out: Path) -> Path:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from grpokit.run_folder import StatusFile, read_status, write_status
+from grpokit.run_folder import PointState, StatusFile, read_status, write_status
 from grpokit.run_folder.atomic import write_json_atomic
 from grpokit.run_folder.manifest import write_manifest
 from grpokit.run_folder.status_record import (
@@ -164,7 +164,7 @@ def test_a_writer_bug_is_refused_before_the_file_is_written(tmp_path):
 
 
 def test_files_of_earlier_kit_versions_still_read(tmp_path):
-    # the first driver's file (launch/grpokit/runtime/status.py): no partition, rehearsal,
+    # the first driver's file (the kit's first status writer, commit 99fd7ce): no partition, rehearsal,
     # resubmission, halving or per-attempt crash keys; ended_by words it used; an attempt killed open
     old = {
         "state": "failed",
@@ -197,7 +197,8 @@ def test_files_of_earlier_kit_versions_still_read(tmp_path):
     # cancel's file for a point cancelled before its job started; a state word of older kits
     cancelled = {"state": "cancelled", "reason": "cancelled by user before it started", "attempts": []}
     assert PointStatus.from_json(cancelled).to_json() == cancelled
-    assert PointStatus.from_json({"state": "timeout"}).point_state == "timeout"
+    older_word = PointStatus.from_json({"state": "timeout"}).point_state
+    assert older_word == "timeout" and not isinstance(older_word, PointState), "the older word, as it is"
     assert read_status(tmp_path / "none").to_json() == {"state": "pending", "attempts": []}
 
 
@@ -266,3 +267,31 @@ def test_cancel_writes_the_record_of_a_point_cancelled_before_it_started(tmp_pat
     assert written["reason"] == "cancelled by user before it started (grpokit cancel, job 40_0)"
     assert read_status(specs[0].run_dir).state == "cancelled"
     assert read_status(specs[1].run_dir).state == "running", "a started point's status.json is its driver's"
+
+
+def test_an_exclusive_write_never_replaces_a_file_a_driver_wrote_meanwhile(tmp_path):
+    cancelled = PointStatus(state="cancelled", reason="cancelled by user before it started", updated=T)
+    write_status(tmp_path, cancelled, exclusive=True)
+    assert read_status(tmp_path) == cancelled
+    StatusFile(tmp_path).start_attempt(target_step=4, slurm={})  # the driver started after all
+    driver_file = (tmp_path / "status.json").read_bytes()
+    with pytest.raises(FileExistsError):
+        write_status(tmp_path, cancelled, exclusive=True)
+    assert (tmp_path / "status.json").read_bytes() == driver_file
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["status.json"], "no temp file left behind"
+
+
+def test_a_reader_of_many_points_goes_on_past_a_refused_file_and_warns_once(tmp_path, bare_point, caplog):
+    from grpokit.run_folder import read_status_or_none
+    from grpokit.submit.wait import attempt_counts
+
+    specs = [bare_point(tmp_path, i) for i in range(3)]
+    for s in specs:
+        Path(s.run_dir).mkdir(parents=True)
+    (Path(specs[0].run_dir) / "status.json").write_text(json.dumps({"state": "running", "step": 3}))
+    StatusFile(specs[1].run_dir).start_attempt(target_step=4, slurm={})
+    with caplog.at_level(logging.WARNING):
+        assert read_status_or_none(specs[0].run_dir) is None and read_status_or_none(specs[2].run_dir) is None
+        assert attempt_counts(specs) == [0, 1, 0], "a wait=true poll follows the other points"
+    warned = [r.getMessage() for r in caplog.records if "unknown key step" in r.getMessage()]
+    assert len(warned) == 1 and str(Path(specs[0].run_dir) / "status.json") in warned[0]

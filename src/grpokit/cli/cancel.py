@@ -14,12 +14,13 @@ the sweep's pending successive-halving controller (``halving.json``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 import time
 from pathlib import Path
 
-from grpokit.run_folder import PointStatus, RunFolder, now, read_status, write_status
+from grpokit.run_folder import PointStatus, RunFolder, now, write_status
 from grpokit.run_folder.claim import folder_state, open_existing
 from grpokit.run_folder.halving_record import HalvingRecordError, read_halving
 from grpokit.run_folder.locate import sweep_folder_arg
@@ -92,10 +93,12 @@ def cancel(sweep_dir: Path, wanted: list[str], dry_run: bool = False, out=sys.st
         claim.record("cancel", [p.name for p, _ in todo], ids, by="user")
     time.sleep(1.0)  # Slurm has removed a pending task from the queue by now
     for p, state in todo:
-        never_started = not RunFolder(p.run_dir).status.exists()  # no driver will write its outcome
-        if state == "queued" and read_status(p.run_dir).state == "pending" and never_started:
-            reason = f"cancelled by user before it started (grpokit cancel, job {p.job_id})"
-            write_status(p.run_dir, PointStatus(state="cancelled", reason=reason, updated=now()))
+        if state != "queued" or RunFolder(p.run_dir).status.exists():
+            continue  # a driver ran: it writes the outcome
+        reason = f"cancelled by user before it started (grpokit cancel, job {p.job_id})"
+        # only while no status.json exists: a driver that started meanwhile keeps its own file
+        with contextlib.suppress(FileExistsError):
+            write_status(p.run_dir, PointStatus(state="cancelled", reason=reason, updated=now()), exclusive=True)
     print(f"cancelled {len(todo)} point(s); recorded in {sweep_dir / 'submissions.jsonl'}", file=out)
     return 0
 

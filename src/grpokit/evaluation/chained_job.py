@@ -35,7 +35,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from grpokit.run_folder import RunFolder, now, read_status, write_json_atomic
+from grpokit.run_folder import RunFolder, StatusFileError, now, read_status, write_json_atomic
 from grpokit.slurm.task import JobEnv
 
 log = logging.getLogger(__name__)
@@ -66,19 +66,23 @@ def _last_line(text: str) -> str:
 def run_chain(run_dir: Path, steps: list[str], eval_args: list[str]) -> dict[str, Any]:
     """Run ``steps`` for the point in ``run_dir``; returns the final ``chain_status.json`` record."""
     folder = RunFolder(run_dir)
-    point = read_status(run_dir)
+    try:
+        point_state, why = read_status(run_dir).state, None
+    except StatusFileError as exc:  # the chain still says what happened, in chain_status.json
+        point_state, why = None, str(exc)
     record: dict[str, Any] = {
         "state": "running",
         "reason": f"running {','.join(steps)}",
         "job_id": JobEnv.from_env().job_id,
         "steps": steps,
-        "point_state": point.state,
+        "point_state": point_state,
         "started": now(),
         "ended": None,
     }
     write_json_atomic(folder.chain_status, record)
-    if point.state != "completed":
-        record.update(state="skipped", reason=f"point ended {point.state}: nothing to merge", ended=now())
+    if point_state != "completed":
+        reason = why or f"point ended {point_state}: nothing to merge"
+        record.update(state="skipped", reason=reason, ended=now())
         write_json_atomic(folder.chain_status, record)
         return record
     step = "merge"

@@ -29,6 +29,7 @@ from grpokit.run_folder.status_record import (
     StatusFileError,
     pending_status,
     read_status,
+    read_status_or_none,
     write_status,
 )
 
@@ -47,6 +48,7 @@ __all__ = [
     "now",
     "pending_status",
     "read_status",
+    "read_status_or_none",
     "write_bytes_atomic",
     "write_json_atomic",
     "write_status",

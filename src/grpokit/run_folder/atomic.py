@@ -37,12 +37,13 @@ def now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
-def write_bytes_atomic(path: Path | str, payload: bytes) -> None:
+def write_bytes_atomic(path: Path | str, payload: bytes, *, exclusive: bool = False) -> None:
     """Write ``payload`` through a temp file ``.<name>.*`` in the same folder, fsync, ``os.replace`` it.
 
     The folder is created when missing; the file's mode is ``0o666 & ~umask``. On any failure (a
     full disk, a signal) the temp file is removed and ``path`` keeps its previous content; the
-    exception propagates.
+    exception propagates. ``exclusive``: create ``path`` only where none exists (``os.link`` of the
+    temp file, atomic); FileExistsError when one does, which is left as it is.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -53,12 +54,16 @@ def write_bytes_atomic(path: Path | str, payload: bytes) -> None:
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        if exclusive:
+            os.link(tmp, path)
+            Path(tmp).unlink()
+        else:
+            os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
-def write_json_atomic(path: Path | str, data: Any) -> None:
+def write_json_atomic(path: Path | str, data: Any, *, exclusive: bool = False) -> None:
     """:func:`write_bytes_atomic` of ``data`` as indented JSON (``default=str`` for paths, enums, times)."""
-    write_bytes_atomic(path, json.dumps(data, indent=2, default=str).encode())
+    write_bytes_atomic(path, json.dumps(data, indent=2, default=str).encode(), exclusive=exclusive)

@@ -207,7 +207,7 @@ _RANKED: Spec = {
 
 
 def _fields(data: Any, spec: Spec, source: Path | str, where: str) -> dict[str, Any]:
-    """``data``'s values by ``spec`` (an optional key that is absent: None), or the error naming the key."""
+    """``data``'s values by ``spec`` (an optional key that is absent or null: None), or the error naming the key."""
     out = checked_fields(
         data, spec, source, where, error=HalvingRecordError, writer="the halving controller", optional_may_be_null=True
     )

@@ -12,10 +12,10 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-from grpokit.run_folder.atomic import now, write_json_atomic
+from grpokit.run_folder.atomic import now
 from grpokit.run_folder.layout import STATUS
 from grpokit.run_folder.states import EndedBy, PointState
-from grpokit.run_folder.status_record import Attempt, PointStatus, read_status
+from grpokit.run_folder.status_record import Attempt, PointStatus, read_status, write_status
 
 
 class StatusFile:
@@ -41,7 +41,7 @@ class StatusFile:
 
     def save(self) -> None:
         self.record = self.record.with_fields(updated=now())
-        write_json_atomic(self.path, self.record.to_json())
+        write_status(self.path.parent, self.record)
 
     def start_attempt(
         self,

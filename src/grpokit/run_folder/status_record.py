@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Self
@@ -347,10 +348,33 @@ def read_status(run_dir: Path | str, *, pending_if_missing: bool = True) -> Poin
     return PointStatus.from_json(data, path)
 
 
-def write_status(run_dir: Path | str, status: PointStatus) -> Path:
-    """Write ``<run_dir>/status.json`` atomically (:func:`grpokit.run_folder.atomic.write_json_atomic`)."""
+#: Files :func:`read_status_or_none` has warned about in this process (a poll warns once per file).
+_warned: set[Path] = set()
+
+
+def read_status_or_none(run_dir: Path | str) -> PointStatus | None:
+    """:func:`read_status` for a reader of many points: None when the file is missing or refused.
+
+    A refused file (:class:`StatusFileError`: damage, or another kit version's file) is logged
+    once per process as a warning that names the file, the key and the fix, and the reader goes
+    on with the other points (a report shows the point without it, a wait follows its job in
+    Slurm, the halving controller does not rank it).
+    """
+    try:
+        return read_status(run_dir, pending_if_missing=False)
+    except StatusFileError as exc:
+        path = Path(run_dir) / STATUS
+        if path not in _warned:
+            _warned.add(path)
+            logging.getLogger(__name__).warning("%s; going on without it", exc)
+        return None
+
+
+def write_status(run_dir: Path | str, status: PointStatus, *, exclusive: bool = False) -> Path:
+    """Write ``<run_dir>/status.json`` atomically (:func:`grpokit.run_folder.atomic.write_json_atomic`);
+    ``exclusive``: only where none exists (FileExistsError otherwise; the file is left as it is)."""
     path = Path(run_dir) / STATUS
-    write_json_atomic(path, status.to_json())
+    write_json_atomic(path, status.to_json(), exclusive=exclusive)
     return path
 
 

@@ -5,14 +5,11 @@ Format: docs/run-folder.md. Nothing here writes; the job and the sweep command o
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpokit.run_folder.manifest import SweepManifest, read_manifest
-from grpokit.run_folder.status_record import Attempt, PointStatus, StatusFileError, read_status
-
-log = logging.getLogger(__name__)
+from grpokit.run_folder.status_record import Attempt, PointStatus, read_status_or_none
 
 
 @dataclass
@@ -62,15 +59,6 @@ class Sweep:
         return self.manifest.rehearsal or any(p.status is not None and p.status.rehearsal for p in self.points)
 
 
-def _status_or_none(run_dir: Path) -> PointStatus | None:
-    """:func:`read_status`, with a damaged file shown as no status (a warning names it and the fix)."""
-    try:
-        return read_status(run_dir, pending_if_missing=False)
-    except StatusFileError as exc:
-        log.warning("%s; showing the point without it", exc)
-        return None
-
-
 def load_sweep(path: Path | str) -> Sweep:
     """Load ``<path>/manifest.json`` and each point's status.json.
 
@@ -93,7 +81,7 @@ def load_sweep(path: Path | str) -> Sweep:
                 run_dir=run_dir,
                 swept=dict(entry.swept),
                 job_id=entry.display_job_id,
-                status=_status_or_none(run_dir),
+                status=read_status_or_none(run_dir),
             )
         )
     swept_keys = list(manifest.swept_keys or sorted({k for p in points for k in p.swept}))

@@ -30,7 +30,7 @@ from typing import Any
 
 from grpokit.config.point import PointSpec
 from grpokit.config.schema import ClusterConf
-from grpokit.run_folder import RunFolder, now, read_status, write_status
+from grpokit.run_folder import RunFolder, now, pending_status, read_status, read_status_or_none, write_status
 from grpokit.run_folder.claim import open_existing
 from grpokit.run_folder.halving_record import HalvingPlan, HalvingRecord, HalvingStage, read_halving, write_halving
 from grpokit.run_folder.layout import HALVING
@@ -66,7 +66,7 @@ def observe(plan: HalvingPlan, stage: HalvingStage, run_dirs: Mapping[str, Path]
     completed the rung (the others are not ranked)."""
     seen = {}
     for name in stage.points:
-        status = read_status(run_dirs[name])
+        status = read_status_or_none(run_dirs[name]) or pending_status()  # a refused file: warned, not ranked
         state, last = status.state, status.last_step
         if rules.reached_rung(state, last, stage.target):
             seen[name] = rules.PointAtRung(state, last, *metric_at(run_dirs[name], plan.metric, stage.target))

@@ -14,7 +14,7 @@ import logging
 from pathlib import Path
 
 from grpokit.config.point import PointSpec
-from grpokit.run_folder import RunFolder, read_status
+from grpokit.run_folder import RunFolder, read_status_or_none
 from grpokit.run_folder.claim import Claim, folder_state, open_existing
 from grpokit.run_folder.manifest import ManifestPoint, read_manifest, replace_job_ids
 from grpokit.run_folder.point_state import RESUBMITTABLE_STATES, point_state
@@ -63,9 +63,12 @@ def failed_here(specs: list[PointSpec], codes: list[int]) -> list[str]:
     for spec, code in zip(specs, codes, strict=True):
         if code == 0:
             continue
-        status = read_status(Path(spec.run_dir))
+        status = read_status_or_none(spec.run_dir)
+        if status is None:
+            out.append(f"{spec.name} (no status.json): the driver wrote none")
+            continue
         reason = (str(status.reason or "").strip().splitlines() or ["no reason recorded"])[0]
-        out.append(f"{spec.name} ({status.state or 'no status.json'}): {reason}")
+        out.append(f"{spec.name} ({status.state}): {reason}")
     return out
 
 

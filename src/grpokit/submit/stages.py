@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 
 from grpokit.config.point import PointSpec, kit_notices
 from grpokit.paths import kit_command
-from grpokit.run_folder import RunFolder, read_status
+from grpokit.run_folder import RunFolder, read_status_or_none
 from grpokit.run_folder.claim import (
     Claim,
     SweepFolderError,
@@ -273,7 +273,7 @@ def _wait(specs: list[PointSpec], job_ids: list[str | None], before: list[int]) 
 def local_failures(specs: list[PointSpec], codes: list[int]) -> list[str]:
     """``name (state)`` of each point run here whose driver exited non-zero (failed, cancelled)."""
     return [
-        f"{s.name} ({read_status(Path(s.run_dir)).state or 'no status.json'})"
+        f"{s.name} ({getattr(read_status_or_none(s.run_dir), 'state', None) or 'no status.json'})"
         for s, code in zip(specs, codes, strict=True)
         if code != 0
     ]

@@ -18,14 +18,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from grpokit.config.point import PointSpec
-from grpokit.run_folder import FINAL_STATES, PointStatus, read_status
+from grpokit.run_folder import FINAL_STATES, PointStatus, pending_status, read_status_or_none
 
 log = logging.getLogger(__name__)
 
 
 def attempt_counts(specs: list[PointSpec]) -> list[int]:
     """Attempts each point's status.json holds now (0 without one): taken right before submission."""
-    return [len(read_status(Path(s.run_dir)).attempts) for s in specs]
+    return [len((read_status_or_none(s.run_dir) or pending_status()).attempts) for s in specs]
 
 
 def _slurm_final(job_ids: list[str | None]) -> dict[str, str]:
@@ -82,7 +82,8 @@ def wait_for(
         for i, spec in enumerate(specs):
             if i in final:
                 continue
-            status = read_status(Path(spec.run_dir))
+            # a refused file (warned once) reads as no attempt yet: the job is then followed in Slurm
+            status = read_status_or_none(spec.run_dir) or pending_status()
             attempts = status.attempts
             if status.state in FINAL_STATES and len(attempts) > attempts_before[i]:
                 final[i] = str(status.state)

@@ -23,9 +23,14 @@ def argv_prefix() -> list[str]:
     return [sys.executable, "-m", __name__]
 
 
-def main() -> int:
+def leave_out_unused_groups() -> None:
+    """Make the imports of :data:`UNUSED_GROUPS` fail in this process (before Ray's CLI loads)."""
     for name in UNUSED_GROUPS:
         sys.modules.setdefault(name, None)
+
+
+def main() -> int:
+    leave_out_unused_groups()
     from ray.scripts.scripts import main as ray_main
 
     sys.argv[0] = "ray"

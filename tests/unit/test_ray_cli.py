@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 from grpokit.runtime.processes import ray_cli
-from grpokit.runtime.processes.ray_cluster import ray_cli as ray_cli_argv
 
 
 def test_the_groups_left_out_are_what_this_rays_cli_imports_in_try_blocks():
@@ -34,10 +33,10 @@ def test_the_cli_loads_without_serve_or_pandas_and_start_keeps_its_options():
     assert "'start'" in commands and "'stop'" in commands and "'serve'" not in commands
 
     # the kit's argv (python -m ...ray_cli) runs main(): its --help lists start and none of the groups
-    listed = subprocess.run([*ray_cli_argv(), "--help"], capture_output=True, text=True, timeout=120)
+    listed = subprocess.run([*ray_cli.argv_prefix(), "--help"], capture_output=True, text=True, timeout=120)
     assert listed.returncode == 0, listed.stderr
     names = {line.split()[0] for line in listed.stdout.split("Commands:", 1)[1].splitlines() if line.strip()}
     assert "start" in names and not names & {"serve", "job", "list", "summary"}, sorted(names)
-    help_text = subprocess.run([*ray_cli_argv(), "start", "--help"], capture_output=True, text=True, timeout=120)
+    help_text = subprocess.run([*ray_cli.argv_prefix(), "start", "--help"], capture_output=True, text=True, timeout=120)
     assert help_text.returncode == 0, help_text.stderr
     assert "--head" in help_text.stdout and "--block" in help_text.stdout

@@ -19,7 +19,11 @@ UNUSED_GROUPS = ("ray.serve.scripts", "ray.dashboard.modules.job.cli", "ray.util
 
 
 def argv_prefix() -> list[str]:
-    """The argv that runs Ray's CLI through this module with this interpreter (append ``start ...``)."""
+    """The argv that runs Ray's CLI through this module with this interpreter (append ``start ...``).
+
+    A module of this interpreter always matches this Ray, also where a ``pip install --target``
+    (the offline GPU host's bundle) puts no ``ray`` script beside the interpreter.
+    """
     return [sys.executable, "-m", __name__]
 
 

@@ -32,8 +32,7 @@ from pathlib import Path
 
 from grpokit import procs
 from grpokit.runtime.decisions.start_errors import RayStartError, RayStartInterrupted
-from grpokit.runtime.processes import node_state, ports
-from grpokit.runtime.processes import ray_cli as ray_cli_module
+from grpokit.runtime.processes import node_state, ports, ray_cli
 from grpokit.slurm.nodes import srun_step
 from grpokit.slurm.task import JobEnv
 
@@ -110,16 +109,6 @@ def metrics_env(env: dict[str, str]) -> dict[str, str]:
     {RAY_enable_metrics_collection: "1"}`` turns them back on (as Ray binds them).
     """
     return env if METRICS_SWITCH in env else {**env, METRICS_SWITCH: "0"}
-
-
-def ray_cli() -> list[str]:
-    """argv prefix of Ray's CLI for this interpreter, without the command groups ``ray start`` never
-    uses (:mod:`grpokit.runtime.processes.ray_cli`: about 1.3 s less CPU at every node's start).
-
-    Run as a module of this interpreter, it always matches this Ray, also where a ``pip install
-    --target`` (the offline GPU host's bundle) puts no ``ray`` script beside the interpreter.
-    """
-    return ray_cli_module.argv_prefix()
 
 
 def reserve_node_ports(host: str, worker_ports: int = WORKER_PORT_BLOCK) -> tuple[dict[str, int], int]:
@@ -396,7 +385,7 @@ def start_cluster_once(
     store_args = [f"--object-store-memory={object_store_bytes}"] if object_store_bytes else []
     address = f"{host}:{node_ports['gcs']}"
     head_cmd = [
-        *ray_cli(),
+        *ray_cli.argv_prefix(),
         "start",
         "--head",
         "--block",

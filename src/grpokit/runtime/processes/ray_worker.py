@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 
 from grpokit import procs
+from grpokit.runtime.processes import ray_cli
 from grpokit.runtime.processes.ports import release_ports
 from grpokit.runtime.processes.ray_cluster import (
     WORKER_PORT_BLOCK,
     port_args,
-    ray_cli,
     reserve_node_ports,
     restrict_temp_dir,
     short_temp_dir,
@@ -74,7 +74,7 @@ def main() -> None:
     node_ports, block = reserve_node_ports(node_ip, args.worker_ports)
     temp_dir = short_temp_dir()
     cmd = [
-        *ray_cli(),
+        *ray_cli.argv_prefix(),
         "start",
         "--block",
         f"--address={args.address}",

@@ -17,22 +17,39 @@ EXTRAS := dev$(if $(HAS_GPU),$(comma)train)$(if $(filter-out tiny,$(MODEL)),$(co
 # GPU the job runs every stage but training and ends in state skipped_no_gpu).
 RUN_ARGS_tiny := verl.trainer.total_training_steps=2 verl.trainer.save_freq=2
 
-.PHONY: install run test cluster lint
+.PHONY: install lock run test cluster lint
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-# Without a GPU torch is pinned to the CPU build this kit's login nodes and CI use; with one, the
-# training extra brings verl[vllm] with the CUDA torch vLLM pins. The install is editable, so code
-# edits need no re-install: pip runs again only when pyproject.toml changed or the extras differ
-# (the stamp's name holds them), not on every `make run`.
+# The install takes its versions from the lock (constraints/, README "Installing"): cpu.txt, the
+# exact set `make test` passed with, on a machine without a GPU (torch's CPU build first, at the
+# lock's version); gpu.txt, the GPU bundle's tested set, where nvidia-smi answers (the training extra
+# brings verl[vllm] with the CUDA torch vLLM pins). The install is editable, so code edits need no
+# re-install: pip runs again only when pyproject.toml or the lock changed or the extras differ (the
+# stamp's name holds them), not on every `make run`.
+LOCK  := constraints/$(if $(HAS_GPU),gpu,cpu).txt
 STAMP := $(VENV)/.grpokit-installed-$(subst $(comma),-,$(EXTRAS))
 install: $(STAMP)
-$(STAMP): pyproject.toml | $(PY)
-	$(if $(HAS_GPU),,$(PY) -m pip install -q torch==2.13.0)
-	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
+$(STAMP): pyproject.toml $(LOCK) | $(PY)
+	$(if $(HAS_GPU),,$(PY) -m pip install -q -c $(LOCK) torch)
+	$(PY) -m pip install -q -c $(LOCK) -e '.[$(EXTRAS)]'
 	rm -f $(VENV)/.grpokit-installed-* && touch $@
+
+# Moves the lock forward: a fresh environment resolves the newest versions pyproject.toml's ranges
+# allow (the packages shared with the GPU bundle held at gpu.txt's), `pip check`s them and writes
+# constraints/cpu.txt. Then run `make test`: the lock lands only with a passing suite.
+LOCK_VENV := .venv-lock
+lock:
+	rm -rf $(LOCK_VENV) && $(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/python -m pip install -q --upgrade pip
+	$(LOCK_VENV)/bin/python -m pip install -q 'torch$(shell sed -n 's/^torch\(==.*\)/\1/p' constraints/cpu.txt)'
+	$(LOCK_VENV)/bin/python -m pip install -q -c constraints/gpu.txt -e '.[dev,hub,wandb]'
+	$(LOCK_VENV)/bin/python -m pip check
+	$(LOCK_VENV)/bin/python -m pip freeze --exclude-editable > $(LOCK_VENV)/freeze.txt
+	$(PYTHON) constraints/lock.py $(LOCK_VENV)/freeze.txt
+	rm -rf $(LOCK_VENV)
 
 # Prepare real GSM8K (../shared/data/gsm8k if present, else the hub), build or fetch the model,
 # run the default sweep point on this machine (cluster=local; ARGS="cluster=slurm ..." to submit).
@@ -54,6 +71,7 @@ cluster:
 # The three pytest commands share one folder of set-up built once (tiny model, GSM8K parquet:
 # tests/conftest.py::built_once), so verl's verdict on a config is asked once for the whole run.
 test: export GRPOKIT_TEST_SHARED_DIR := $(CURDIR)/.pytest-shared
+test: export GRPOKIT_EXPECT_LOCK := $(LOCK)
 test: install cluster
 	@rm -rf .pytest-shared
 	@$(PY) -m pytest -q -p no:cacheprovider -m "not slurm and not cluster_exclusive" tests/unit tests/integration \
@@ -66,4 +84,4 @@ test: install cluster
 	  test $$excl -eq 0 -a $$shared -eq 0 -a $$nojobs_rc -eq 0
 
 lint:
-	$(PY) -m ruff check src launch tests bench
+	$(PY) -m ruff check src launch tests bench constraints

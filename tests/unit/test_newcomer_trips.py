@@ -377,9 +377,9 @@ def test_fix_hints_name_the_command_a_wheel_install_has(monkeypatch, bare_point,
     assert download_hint(hub).startswith("grpokit download model=x  (fetches Qwen/X")
 
 
-def test_readme_gives_the_lean_cpu_install_with_the_makefiles_torch_pin():
+def test_readme_gives_the_locked_installs_the_makefile_uses():
+    """The README's by-hand installs take their versions from the lock the Makefile installs from."""
     import importlib.util
-    import re
 
     found = importlib.util.spec_from_file_location(
         "readme_commands", REPO / "tests" / "integration" / "test_readme_commands.py"
@@ -389,13 +389,17 @@ def test_readme_gives_the_lean_cpu_install_with_the_makefiles_torch_pin():
     readme.__name__ = "readme_commands"
     found.loader.exec_module(readme)
     commands = readme.shell_commands(REPO / "README.md")
-    (torch_cpu,) = [c for c in commands if c.text.startswith("pip install torch")]
-    pin = re.search(r"install -q (torch==\S+)\)", (REPO / "Makefile").read_text()).group(1)
-    assert torch_cpu.text.split()[2] == pin  # the build `make install` pins on a machine without a GPU
+    (torch_cpu,) = [c for c in commands if c.text.startswith("pip install -c constraints/cpu.txt torch")]
     assert "--index-url https://download.pytorch.org/whl/cpu" in torch_cpu.text
     assert torch_cpu.skip == "needs internet"  # the README test does not reinstall torch
     following = commands[commands.index(torch_cpu) + 1]
-    assert following.text.startswith("pip install .") and "[train]" not in following.text.split("#")[0]
+    assert following.text.startswith("pip install -c constraints/cpu.txt .")
+    assert "[train]" not in following.text.split("#")[0]
+    (gpu,) = [c for c in commands if "constraints/gpu.txt" in c.text]
+    assert "'.[train]'" in gpu.text
+    makefile = (REPO / "Makefile").read_text()
+    assert "LOCK  := constraints/$(if $(HAS_GPU),gpu,cpu).txt" in makefile
+    assert "pip install -q -c $(LOCK) torch" in makefile and "pip install -q -c $(LOCK) -e" in makefile
 
 
 @pytest.mark.parametrize(

@@ -45,7 +45,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import openai
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
@@ -165,7 +164,9 @@ class MemoryAnswerer:
         self.client = openai.AsyncOpenAI(
             base_url=settings.answer_base_url,
             api_key=settings.answer_api_key or "EMPTY",
-            timeout=httpx.Timeout(settings.timeout_s),
+            # A plain number of seconds: openai 1.x takes httpx.Timeout, openai >= 3 sends through
+            # httpx2 and refuses httpx's object (TypeError at start); both take a float.
+            timeout=float(settings.timeout_s),
             max_retries=settings.answer_retries,
         )
 

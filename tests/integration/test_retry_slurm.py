@@ -4,7 +4,10 @@ Two points of one array, the trainer TEST DOUBLE's profile swept per point: ``fa
 at step 3 of its first run only (a crash a node caused), ``crash-always`` raises the same
 ``RuntimeError`` (a CUDA error) at step 2 of every run (a bug that follows the point). With
 ``runtime.max_retries=1`` (the default) the first is retried on another node and completes; the
-second crashes again on another node and ends ``failed``: same crash twice.
+second crashes again on another node and ends ``failed``: same crash twice. A third point,
+``settings-error``, fails at start-up on a package its environment lacks (a ``ModuleNotFoundError``
+before the first step, as verl's logger set-up does): it ends ``failed`` after one attempt, no node
+excluded, no retry spent.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ def test_a_crash_is_retried_on_another_node_and_the_same_crash_twice_stops(kit, 
             *kit.slurm_cluster,
             # a knob of the trainer TEST DOUBLE per point (an environment variable of its trainer),
             # not a setting a user would sweep: one point crashes once, the other on every run
-            "+runtime.env.FAKE_TRAINER_PROFILE=fail-once,crash-always",
+            "+runtime.env.FAKE_TRAINER_PROFILE=fail-once,crash-always,settings-error",
             # 5 s instead of the default 60 s between a crash and its retry: the test's time
             "runtime.retry_backoff_s=5",
             f"sweep_name={name}",
@@ -47,7 +50,7 @@ def test_a_crash_is_retried_on_another_node_and_the_same_crash_twice_stops(kit, 
     assert out.returncode == 0, out.stderr[-3000:]
     points = kit.manifest(tmp_path / "logs" / name)["points"]
     run_dirs = [Path(p["run_dir"]) for p in points]
-    once, always = kit.wait_final(run_dirs, timeout=780)
+    once, always, settings = kit.wait_final(run_dirs, timeout=780)
 
     # 1. crashed once: retried on another node, after the backoff, resumed from its checkpoint
     assert once["state"] == "completed", once.get("reason")
@@ -78,3 +81,14 @@ def test_a_crash_is_retried_on_another_node_and_the_same_crash_twice_stops(kit, 
         assert time.monotonic() < deadline, job
         time.sleep(1)
     assert job["Restarts"] == "1", f"requeued again after the same crash twice: {job}"
+
+    # 3. a settings error at start-up: failed after one attempt, its cause named, no node excluded
+    assert settings["state"] == "failed", settings
+    (only,) = settings["attempts"]
+    assert only["crash"] == "ModuleNotFoundError", only
+    assert only["retry"] == (
+        "not retried: a settings error (ModuleNotFoundError) is the same on every node, no node excluded"
+    )
+    assert "No module named 'swanlab'" in settings["reason"], settings["reason"][:300]
+    job = slurm_job(points[2]["job_id"])
+    assert job.get("ExcNodeList") in (None, "(null)"), job

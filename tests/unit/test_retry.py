@@ -189,3 +189,43 @@ def test_on_outcome_retries_a_ray_start_failure_and_keeps_its_reason(
     attempt = status.record.attempts[-1]
     assert (attempt.crash, attempt.nodes, attempt.reason) == ("ray_failed", ("node2",), reason)
     assert outcome.reason == f"retry 1 of runtime.max_retries=1 in 60 s, excluding node2; {reason}"
+
+
+@pytest.mark.parametrize(
+    ("first_error_line", "before_first_step", "retried"),
+    [
+        # verl's tracker set-up on a node where the logger's package is missing: every node alike
+        ("ModuleNotFoundError: No module named 'swanlab'", False, False),
+        # W&B with no key and not offline (wandb.errors.UsageError): the settings, not the node
+        ("wandb.errors.UsageError: api_key not configured (no-tty). call wandb.login(key=[your_api_key])", True, False),
+        # verl's own refusal of a setting at start (its config dataclasses' __post_init__)
+        ("ValueError: Rollout mode 'sync' has been removed. Please set `actor_rollout_ref.rollout.mode=async`", True, False),
+        ("omegaconf.errors.ConfigAttributeError: Key 'no_such' is not in struct", False, False),
+        # the same ValueError after training began may be the data or the node: the retry stays
+        ("ValueError: NaN in the loss", False, True),
+        # the node's faults keep the retry and the exclusion, at start as later
+        ("RuntimeError: CUDA error: an illegal memory access was encountered", True, True),
+        ("torch.OutOfMemoryError: CUDA out of memory.", True, True),
+        ("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error", False, True),
+        (None, True, True),  # an exit code without a traceback (a signal, the OOM killer)
+    ],
+)
+def test_a_settings_error_is_not_retried_on_another_node(first_error_line, before_first_step, retried):
+    kind = crash_kind(first_error_line, 1)
+    d = decide(
+        kind=kind,
+        nodes=["node1"],
+        earlier=[],
+        max_retries=3,
+        backoff_s=60,
+        in_slurm=True,
+        partition_nodes=4,
+        before_first_step=before_first_step,
+    )
+    assert d.retry is retried, d.why
+    if not retried:
+        assert d.exclude == () and d.backoff_s == 0
+        assert d.why.startswith("not retried: a settings error") and f"({kind})" in d.why
+        assert "is the same on every node, no node excluded" in d.why
+    else:
+        assert d.exclude == ("node1",)

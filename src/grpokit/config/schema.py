@@ -204,6 +204,10 @@ class ClusterConf(_Section):
     additional_parameters: dict[str, Any] = dataclasses.field(default_factory=dict)
     # Shell lines the job runs before the point (module loads, environment activation).
     setup: list[str] = dataclasses.field(default_factory=list)
+    # The Python the job runs (submitit's `python`), e.g. another virtual environment's or a
+    # container's interpreter on the GPU nodes; null: the sweep command's own. Its packages are
+    # asked before submission (grpokit.validate.job_environment) and each point's needs checked.
+    python: str | None = None
 
     def problems(self, point: str) -> list:
         """What is wrong with this request on its own or between its fields (one Problem each)."""

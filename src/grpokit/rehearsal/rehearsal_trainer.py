@@ -40,7 +40,9 @@ to write the Ray cluster's nodes and resources to, as seen through ``RAY_ADDRESS
 writes it: ``null``), ``FAKE_TRAINER_PROFILE`` = ``fail-once`` (exit 3 at step 3 of the point's
 first run) or ``slow-once``
 (6 s a step in the point's first run), for tests of resubmission, or ``crash-always`` (a
-``RuntimeError`` traceback at step 2 of every run), ``FAKE_TRAINER_NODE_WORKERS=1``
+``RuntimeError`` traceback at step 2 of every run), or ``settings-error`` (verl's logger set-up
+failing on a package the node's environment lacks: a ``ModuleNotFoundError`` traceback before the
+first step of every run), ``FAKE_TRAINER_NODE_WORKERS=1``
 (one Ray actor per node of the job's Ray cluster, as verl's FSDP workers: each takes part in every
 step and writes its node's rank shards at a save, so a node whose Ray died fails the step or the
 save as under verl; what each did goes to ``node_workers.jsonl`` beside ``$VERL_FILE_LOGGER_PATH``),
@@ -416,6 +418,8 @@ def main() -> int:
                 fail_at = 3
             elif profile == "slow-once":
                 step_s = 6.0
+    if profile == "settings-error":  # as verl's Tracking does on `import swanlab` where it is not installed
+        raise ModuleNotFoundError("No module named 'swanlab' (FAKE_TRAINER_PROFILE)")
     # a crash that follows the point on every node, as a bug would (a CUDA error, raised at step 2)
     crash_at = 2 if profile == "crash-always" else None
     data_steps = train_steps_in_data(cfg)

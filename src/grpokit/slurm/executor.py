@@ -8,6 +8,7 @@ the keywords of submitit's batch-script renderer as they are (``job_name``, ``ti
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,8 @@ def make_executor(folder: Path, cluster: Any, *, name: str, num_points: int):
     """A ``submitit.SlurmExecutor`` writing its files under ``folder``, with :func:`executor_parameters`."""
     import submitit
 
-    executor = submitit.SlurmExecutor(folder=str(folder))
+    # cluster.python: the job's own interpreter (null: this command's, submitit's default)
+    python = getattr(cluster, "python", None)
+    executor = submitit.SlurmExecutor(folder=str(folder), python=shlex.quote(python) if python else None)
     executor.update_parameters(**executor_parameters(cluster, name=name, num_points=num_points))
     return executor

@@ -15,7 +15,17 @@ from omegaconf import DictConfig
 
 from grpokit.config.point import PointSpec
 from grpokit.problems import Problem, SweepValidationError
-from grpokit.validate import data_steps, gpu_plan, kit_checks, model_checks, run_checks, slurm_request, verl_check
+from grpokit.validate import (
+    data_steps,
+    gpu_plan,
+    job_environment,
+    job_needs,
+    kit_checks,
+    model_checks,
+    run_checks,
+    slurm_request,
+    verl_check,
+)
 
 __all__ = ["Problem", "SweepValidationError", "check_each", "check_stream", "validate_point", "validate_points"]
 
@@ -41,6 +51,7 @@ def _composed_checks(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
     problems += kit_checks.check_runtime(spec)
     problems += gpu_plan.check(spec, cfg)
     problems += run_checks.check(spec, cfg)
+    problems += job_needs.check(spec, cfg, job_environment.ask(job_environment.job_python(spec.cluster.python)))
     return problems
 
 

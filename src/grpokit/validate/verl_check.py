@@ -9,7 +9,7 @@ import io
 import re
 import warnings
 
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from grpokit.config.overrides import flat_base
 from grpokit.config.point import PointSpec
@@ -209,4 +209,36 @@ def _validate_config(spec: PointSpec, checked: DictConfig, cfg: DictConfig) -> t
         key = f"verl.{match.group(1)}" if match else _key_in(message, spec)
         fix = next((f for words, _, f in _KNOWN_MESSAGES if words in message), "change the setting verl names")
         return Problem(spec.name, key, f"verl's validate_config: {message}", fix), list(opened)
-    return None, list(opened)
+    with verl_verdicts.watch() as built:
+        problem = _start_config_problem(spec, checked)
+    return problem, [*opened, *built]
+
+
+#: The sections verl's workers turn into its config dataclasses as they start
+#: (``verl/workers/engine_workers.py``: ``omega_conf_to_dataclass(self.config.actor)``, ``.rollout``):
+#: their ``__post_init__`` checks (a removed ``rollout.mode=sync``, engine-only keys) run there.
+START_CONFIG_SECTIONS = ("actor_rollout_ref.actor", "actor_rollout_ref.rollout")
+
+
+def _start_config_problem(spec: PointSpec, checked: DictConfig) -> Problem | None:
+    """The first refusal of verl's own config dataclasses for :data:`START_CONFIG_SECTIONS`, built
+    as verl's workers build them at start (on the CPU: the checks read the config only)."""
+    from verl.utils.config import omega_conf_to_dataclass
+
+    for section in START_CONFIG_SECTIONS:
+        node = OmegaConf.select(checked, section)
+        if node is None or "_target_" not in node:
+            continue
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                omega_conf_to_dataclass(node)
+        except Exception as exc:
+            cause = exc.__cause__ or exc
+            message = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
+            key = _key_in(message, spec)
+            key = key if key != "verl" else f"verl.{section}"
+            target = str(node.get("_target_")).rsplit(".", 1)[-1]
+            message = f"verl's {target} (built as its workers start): {message}"
+            return Problem(spec.name, key, message, "change the setting verl names")
+    return None

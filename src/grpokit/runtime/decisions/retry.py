@@ -20,12 +20,22 @@ situation                                               decision
 =====================================================  =========================================
 not under Slurm                                         no retry (run the same command again)
 ``runtime.max_retries`` is 0                            no retry
+a settings error (:func:`is_settings_error`)            no retry, no node excluded: "a settings
+                                                        error is the same on every node"
 an earlier crash of the same kind on other nodes        no retry: "same crash twice on A, B (kind)"
 ``runtime.max_retries`` crashes already retried         no retry: the budget is spent
 otherwise                                               retry after ``retry_backoff_s x 2^k``
                                                         (k = retries so far), excluding the nodes
                                                         of every crash since the resubmission
 =====================================================  =========================================
+
+A *settings error* is a crash no other node would avoid: a missing package or module
+(``ModuleNotFoundError``, ``ImportError``), a tracker's refusal (W&B's ``UsageError``, ``AuthenticationError``),
+a config error of OmegaConf or Hydra (``ConfigAttributeError``, ``ValidationError``, ...), at any step; and
+the errors a program raises on its own settings (``ValueError``, ``AssertionError``, ``TypeError``,
+``KeyError``, ``AttributeError``, ``NotImplementedError``) before the attempt logged its first step.
+Hardware, driver, NCCL and network errors (``RuntimeError``, ``OutOfMemoryError``, ``OSError``, an exit
+code without a traceback, Ray) keep the retry and the node exclusion.
 
 A crash of the same kind on the same nodes (the exclusion could not apply) counts against the
 budget only. The exclusion is dropped when it would leave the partition fewer nodes than the job
@@ -48,6 +58,30 @@ CRASH = "failed"
 RAY_FAILED = "ray_failed"
 #: ``ended_by`` values that are crashes (:func:`decide`'s ``earlier`` attempts count them).
 RETRIED = (CRASH, RAY_FAILED)
+
+#: Crash kinds that no other node avoids, at any step (see the module docstring).
+SETTINGS_KINDS = frozenset(
+    {
+        "ModuleNotFoundError",
+        "ImportError",
+        "SyntaxError",
+        "UsageError",  # wandb.errors.UsageError: no API key and not offline, a bad project name
+        "AuthenticationError",  # wandb.errors.AuthenticationError: a wrong key
+        "ConfigAttributeError",
+        "ConfigKeyError",
+        "ConfigTypeError",
+        "ValidationError",
+        "MissingMandatoryValue",
+        "InterpolationResolutionError",
+        "ConfigCompositionException",
+        "HydraException",
+        "InstantiationException",
+    }
+)
+#: Crash kinds that are settings errors when raised before the attempt's first step.
+SETTINGS_KINDS_AT_START = frozenset(
+    {"ValueError", "AssertionError", "TypeError", "KeyError", "AttributeError", "NotImplementedError"}
+)
 
 _CLASS = re.compile(r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)(?::|$)")
 
@@ -78,6 +112,11 @@ def crash_kind(first_error_line: str | None, exit_code: int | None) -> str:
     return f"exit {exit_code}"
 
 
+def is_settings_error(kind: str, *, before_first_step: bool) -> bool:
+    """Whether a crash of ``kind`` (:func:`crash_kind`) would meet every node alike (module docstring)."""
+    return kind in SETTINGS_KINDS or (before_first_step and kind in SETTINGS_KINDS_AT_START)
+
+
 def decide(
     *,
     kind: str,
@@ -88,6 +127,7 @@ def decide(
     in_slurm: bool,
     partition_nodes: int | None = None,
     pinned: str | None = None,
+    before_first_step: bool = False,
 ) -> Decision:
     """Retry or not, after a crash of ``kind`` on ``nodes`` (see the module's table).
 
@@ -103,11 +143,16 @@ def decide(
         pinned: the job's own ``--nodelist`` (``cluster.additional_parameters.nodelist``), None when
             it names none: then no node is excluded (Slurm holds a job whose ``ExcNodeList``
             overlaps its ``ReqNodeList`` pending for ever, ``BadConstraints``).
+        before_first_step: the attempt logged no training step (its errors at start-up are settings).
     """
     if not in_slurm:
         return Decision(False, "not retried outside Slurm: run the same command again to resume")
     if max_retries <= 0:
         return Decision(False, "not retried (runtime.max_retries=0)")
+    if is_settings_error(kind, before_first_step=before_first_step):
+        when = " at start-up" if before_first_step and kind in SETTINGS_KINDS_AT_START else ""
+        why = f"not retried: a settings error{when} ({kind}) is the same on every node, no node excluded"
+        return Decision(False, why)
     crashes = [a for a in earlier if a.ended_by in RETRIED and a.crash]
     for before in crashes:
         if before.crash == kind and set(before.nodes or []) != set(nodes):

@@ -68,6 +68,7 @@ def on_outcome(
         in_slurm=in_slurm,
         partition_nodes=partition_node_count() if in_slurm else None,
         pinned=_pinned_nodes(spec),
+        before_first_step=not _logged_a_step(AttemptFolder(attempt_dir).metrics),
     )
     first_line = outcome.reason.splitlines()[0] if outcome.reason else ""
     status.update_attempt(crash=kind, nodes=nodes, reason=first_line, retry=decision.why)
@@ -76,6 +77,14 @@ def on_outcome(
     if decision.retry:
         return dataclasses.replace(outcome, state="requeued", reason=reason, requeue=True), decision
     return dataclasses.replace(outcome, reason=reason), decision
+
+
+def _logged_a_step(metrics: Path) -> bool:
+    """Whether the attempt's ``metrics.jsonl`` holds a step (a crash before it is a start-up crash)."""
+    try:
+        return metrics.stat().st_size > 0
+    except OSError:
+        return False
 
 
 def _pinned_nodes(spec: PointSpec) -> str | None:

@@ -117,7 +117,8 @@ def test_wandb_online_without_a_key_is_refused_offline_or_with_a_key_passes(base
 
 
 def test_an_engine_the_training_environment_lacks_is_refused(base, cache):
-    trains = JobEnvironment("/gpu/venv/bin/python", "3.12.3", {"vllm": "0.24.0", "verl": "0.9.1", "tensorboard": "2.21.0"})
+    packages = {"vllm": "0.24.0", "verl": "0.9.1", "tensorboard": "2.21.0"}
+    trains = JobEnvironment("/gpu/venv/bin/python", "3.12.3", packages)
     spec = point([*base, "verl.actor_rollout_ref.rollout.name=sglang"])
     cfg, _ = validate_point(point(base))
     cfg.actor_rollout_ref.rollout.name = "sglang"

@@ -488,3 +488,58 @@ def test_a_curves_panel_without_data_says_so(tmp_path):
         assert not ax.lines
         assert [t.get_text().splitlines()[0] for t in ax.texts] == ["no data yet"]
     plt.close(fig)
+
+
+# --- the sweep's GPU hours in report.md
+
+
+def test_report_md_states_the_sweeps_gpu_hours(sweep_dir, tmp_path):
+    rep = collect_report(load_sweep(sweep_dir), ask_slurm=False)
+    _, md_path = write_tables(rep, tmp_path / "out")
+    md = md_path.read_text()
+    # 600 s attempts on 2 GPUs: point 0 one attempt, point 1 two, point 2 three, point 3 none = 6 x 600 x 2 s.
+    assert "**GPU hours: 2.00** (sum over the 4 points and their attempts that held GPUs for training" in md
+    assert "elapsed x GPUs" in md and "not counted" not in md
+    assert md.index("GPU hours") < md.index("| index")  # stated above the table
+
+
+def test_gpu_hours_count_every_node_and_say_what_is_unknown(sweep_dir, tmp_path):
+    # Point 0 ran on two nodes (the driver saw its own node's 2 GPUs): 600 s x 4 GPUs.
+    status = json.loads((sweep_dir / "000_lr1e-06_kl_coef0.0" / "status.json").read_text())
+    status["slurm"]["nodelist"] = "gpu[07-08]"
+    (sweep_dir / "000_lr1e-06_kl_coef0.0" / "status.json").write_text(json.dumps(status))
+    # Point 2 ran outside Slurm: no GPU count recorded.
+    status = json.loads((sweep_dir / "002_lr2e-06_kl_coef0.0" / "status.json").read_text())
+    status["slurm"] = {}
+    (sweep_dir / "002_lr2e-06_kl_coef0.0" / "status.json").write_text(json.dumps(status))
+    rep = collect_report(load_sweep(sweep_dir), ask_slurm=False)
+    t = rep.table.set_index("index")
+    assert t.loc[0, "gpu_hours"] == pytest.approx(600 * 4 / 3600)
+    assert math.isnan(t.loc[2, "gpu_hours"])
+    md = write_tables(rep, tmp_path / "out")[1].read_text()
+    total = 600 * 4 / 3600 + 2 * 600 * 2 / 3600
+    assert f"**GPU hours: {total:.2f}**" in md
+    assert "1 point without a recorded GPU count (status.json's slurm.gpus) not counted" in md
+
+
+@pytest.mark.parametrize(
+    "nodelist, count",
+    [("node1", 1), ("node[1-3,7]", 4), ("gpu[01-02],cpu5", 3), ("rack[1-2]-n[1-4]", 8), ("n[1-2],m[10-12]", 5)],
+)
+def test_node_count_reads_slurm_host_lists(nodelist, count):
+    import shutil
+    import subprocess
+
+    from grpokit.slurm.nodes import node_count
+
+    assert node_count(nodelist) == count
+    if shutil.which("scontrol"):  # Slurm's own expansion agrees (local, no controller asked)
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30)
+        assert len(out.stdout.split()) == count
+
+
+@pytest.mark.parametrize("nodelist", [None, "", "n[1-2", "n[3-1]", "a,,b", "n[x]"])
+def test_node_count_of_a_list_it_cannot_read_is_none(nodelist):
+    from grpokit.slurm.nodes import node_count
+
+    assert node_count(nodelist) is None

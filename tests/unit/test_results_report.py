@@ -543,3 +543,54 @@ def test_node_count_of_a_list_it_cannot_read_is_none(nodelist):
     from grpokit.slurm.nodes import node_count
 
     assert node_count(nodelist) is None
+
+
+# --- the pure parts of the figures
+
+
+def test_curve_plan_ranks_by_the_drawn_accuracy_and_keeps_small_sweeps_whole():
+    from grpokit.reports.curve_bands import best_points, plan_curves, ranking_column
+
+    nan = float("nan")
+    table = pd.DataFrame(
+        {
+            "index": list(range(10)),
+            "final_acc:a": [0.1, 0.9, nan, 0.5, 0.9, 0.2, 0.3, 0.4, 0.6, 0.7],
+            "final_acc:b": [1.0] * 10,
+            "final_reward_mean": [0.0] * 10,
+        }
+    )
+    assert ranking_column(table, "val-core/a/acc/mean@1") == "final_acc:a"
+    assert ranking_column(table, "val-core/b/acc/mean@1") == "final_acc:b"
+    assert ranking_column(table[["index", "final_reward_mean"]]) == "final_reward_mean"
+    assert best_points(table, "final_acc:a", 3) == [1, 4, 9]  # the tie at 0.9 goes to the lower index
+    assert 2 not in best_points(table, "final_acc:a", 10)  # no value: never among the best
+    plan = plan_curves(table, list(range(10)), "val-core/a/acc/mean@1")
+    assert plan.labelled == [1, 4, 9, 8, 3] and plan.banded == [0, 2, 5, 6, 7] and plan.metric == "final_acc:a"
+    small = plan_curves(table, list(range(8)), "val-core/a/acc/mean@1")
+    assert small.labelled == list(range(8)) and small.banded == [] and small.metric is None
+
+
+def test_band_frame_takes_each_step_over_the_points_that_logged_it():
+    from grpokit.reports.curve_bands import band_frame
+
+    a = pd.Series([1.0, 2.0, 3.0], index=[1, 2, 3])
+    b = pd.Series([3.0, float("nan")], index=[1, 2])  # step 2 not logged, step 3 never reached
+    band = band_frame([a, b, pd.Series(dtype=float)], band=(0.0, 100.0)).set_index("step")
+    assert list(band.index) == [1, 2, 3] and list(band["n"]) == [2, 1, 1]
+    assert band.loc[1, "median"] == 2.0 and band.loc[1, "lo"] == 1.0 and band.loc[1, "hi"] == 3.0
+    assert band.loc[3, "median"] == 3.0
+    assert band_frame([]).empty
+
+
+def test_fit_title_breaks_a_title_without_spaces_until_it_fits():
+    import matplotlib.pyplot as plt
+
+    from grpokit.reports.figure_text import fit_title, inside_figure
+
+    fig, ax = plt.subplots(figsize=(3, 2))
+    title = ax.set_title("REHEARSAL (made-up metrics): " + "x" * 120)
+    assert not inside_figure(fig, title)
+    assert fit_title(fig, title, fig.tight_layout) and inside_figure(fig, title)
+    assert title.get_text().replace("\n", "").replace(" ", "") == ("REHEARSAL(made-upmetrics):" + "x" * 120)
+    plt.close(fig)

@@ -318,3 +318,279 @@ def test_report_uses_slurm_when_asked(sweep_dir, monkeypatch):
     monkeypatch.setattr(report_table, "job_states", lambda ids: {"999999": SlurmJobState("999999", "RUNNING", "x")})
     t = collect_report(load_sweep(sweep_dir)).table.set_index("index")
     assert t.loc[3, "state"] == "running"
+
+
+# --- report figures: curves at sweep scale, titles inside the figure, the rehearsal mark, empty cells
+
+
+def write_manifest(sweep: Path, points: list[dict], swept_keys: list[str], **extra) -> Path:
+    manifest = {
+        "sweep": sweep.name,
+        "created": iso(T0),
+        "experiment": "gsm8k_grpo",
+        "cluster": "local",
+        "swept_keys": swept_keys,
+        "points": points,
+        **extra,
+    }
+    (sweep / "manifest.json").write_text(json.dumps(manifest))
+    return sweep
+
+
+def legend_texts(ax) -> list[str]:
+    legend = ax.get_legend()
+    return [t.get_text() for t in legend.get_texts()] if legend is not None else []
+
+
+def test_curves_of_a_1000_point_sweep_draw_the_best_five_and_a_band(tmp_path):
+    import random
+    import time
+
+    import matplotlib.collections as mcoll
+    import matplotlib.pyplot as plt
+
+    from grpokit.reports.plots import curves_figure
+
+    sweep = tmp_path / "logs" / "wide"
+    sweep.mkdir(parents=True)
+    rng = random.Random(0)
+    scales = [round(0.5 + rng.random(), 6) for _ in range(1000)]
+    points = [
+        write_point(
+            sweep, i, {LR: f"{i % 40 + 1}e-7", KL: round(i // 40 * 0.01, 2)}, [(1, 10, scales[i])], "completed", 10
+        )
+        for i in range(1000)
+    ]
+    rep = collect_report(load_sweep(write_manifest(sweep, points, [LR, KL])), ask_slurm=False)
+    t = time.perf_counter()
+    fig = curves_figure(rep)
+    fig.savefig(tmp_path / "curves.png", dpi=100)
+    seconds = time.perf_counter() - t
+    ax_r, ax_a = fig.axes
+    # final_acc at step 10 is scale / 2: the five largest scales are the five labelled lines, best first.
+    best = sorted(range(1000), key=lambda i: -scales[i])[:5]
+    labels = legend_texts(ax_r)
+    assert len(labels) == 7, labels  # 5 points + the median and the band of the other 995
+    for rank, i in enumerate(best):
+        assert labels[rank].startswith(f"#{rank + 1} lr={i % 40 + 1}e-7, kl_coef={round(i // 40 * 0.01, 2)} ")
+    assert labels[5:] == ["other 995 points: 10-90 percentile", "other 995 points: median"]
+    assert ax_r.get_legend().get_title().get_text() == "best 5 by final_acc:openai/gsm8k"
+    for ax in (ax_r, ax_a):  # per panel: 5 lines + 1 median line, 1 shaded band; not 1,000 lines
+        assert len(ax.lines) == 6
+        assert len([c for c in ax.collections if isinstance(c, mcoll.PolyCollection)]) == 1
+    # The band holds the 10-90 percentile of the others at each step: at step 10 the reward is the scale.
+    rest = sorted(scales[i] for i in range(1000) if i not in best)
+    lo, hi = ax_r.collections[0].get_paths()[0].get_extents().intervaly
+    assert lo == pytest.approx(float(pd.Series(rest).quantile(0.1)) * 0.1, rel=0.05)  # step 1: scale/10
+    assert hi == pytest.approx(float(pd.Series(rest).quantile(0.9)), rel=0.05)  # step 10: scale
+    assert seconds < 20, f"curves of 1000 points took {seconds:.1f} s"
+    plt.close(fig)
+
+
+def test_curves_of_a_small_sweep_label_every_line(sweep_dir):
+    import matplotlib.pyplot as plt
+
+    from grpokit.reports.plots import curves_figure
+
+    rep = collect_report(load_sweep(sweep_dir), ask_slurm=False)
+    fig = curves_figure(rep)
+    ax_r, ax_a = fig.axes
+    drawn = [p.name for p in load_sweep(sweep_dir).points[:3]]  # the queued point has no curve yet
+    assert legend_texts(ax_r) == drawn
+    assert len(ax_r.lines) == len(ax_a.lines) == 3 and not ax_r.collections
+    plt.close(fig)
+
+
+def rehearsal_2x2(tmp_path: Path, name: str = "rehearse_lr_kl_2x2") -> Path:
+    """The sweep_dir fixture's four points as a rehearsal, point 3 cancelled before it started."""
+    sweep = tmp_path / "logs" / name
+    sweep.mkdir(parents=True)
+    points = [
+        write_point(sweep, 0, {LR: 1e-6, KL: 0.0}, [(1, 10, 1.0)], "completed", 10),
+        write_point(sweep, 1, {LR: 1e-6, KL: 0.1}, [(1, 7, 1.0), (5, 10, 2.0)], "completed", 10),
+        write_point(sweep, 2, {LR: 2e-6, KL: 0.0}, [(1, 4, 1.0), (3, 8, 3.0)], "failed", 10),
+        write_point(sweep, 3, {LR: 2e-6, KL: 0.1}, [], "cancelled", 10),
+    ]
+    return write_manifest(sweep, points, [LR, KL], rehearsal=True)
+
+
+def drawn_texts(fig) -> list:
+    """The figure's words a reader must see whole: titles, axis labels, texts, legends (not tick
+    labels, which matplotlib keeps, undrawn, beyond the axes' limits)."""
+    texts = list(fig.texts)
+    for ax in fig.axes:
+        texts += [ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label, *ax.texts]
+        if ax.get_legend() is not None:
+            texts += [ax.get_legend().get_title(), *ax.get_legend().get_texts()]
+    return [t for t in texts if t.get_visible() and t.get_text()]
+
+
+def test_every_report_figure_keeps_its_title_inside_and_carries_the_rehearsal_mark(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    sweep = rehearsal_2x2(tmp_path)
+    saved: dict[str, list[str]] = {}
+    original = Figure.savefig
+
+    def savefig(fig, path, *args, **kwargs):
+        original(fig, path, *args, **kwargs)
+        renderer = fig.canvas.get_renderer()
+        whole = fig.bbox
+        outside = []
+        for text in drawn_texts(fig):
+            box = text.get_window_extent(renderer)
+            if box.x0 < whole.x0 - 0.5 or box.x1 > whole.x1 + 0.5 or box.y0 < whole.y0 - 0.5 or box.y1 > whole.y1 + 0.5:
+                outside.append(text.get_text())
+        marks = [t.get_text() for t in drawn_texts(fig) if "REHEARSAL" in t.get_text()]
+        assert not outside, f"{Path(path).name}: text beyond the figure's edges: {outside}"
+        saved[Path(path).name] = marks
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    paths = load_cli("report").run(sweep, ask_slurm=False)
+    written = {p.name for p in (sweep / "report").glob("*.png")}
+    assert written == {"curves.png", "heatmap.png"} and set(saved) == written
+    assert {p.name for p in paths.values() if p is not None and p.suffix == ".png"} == written
+    for name, marks in saved.items():
+        assert marks and marks[0].startswith("REHEARSAL (made-up metrics)"), (name, marks)
+
+
+def test_heatmap_title_is_wrapped_to_fit_and_a_cancelled_cell_says_so(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from grpokit.reports.figure_text import inside_figure
+    from grpokit.reports.plots import heatmap_figure
+
+    # A sweep name with no spaces, long enough that the title must be wrapped and words broken.
+    sweep = rehearsal_2x2(tmp_path, name="gsm8k_grpo_qwen3_rehearse_learning_rate_by_kl_coef_2x2_try3")
+    rep = collect_report(load_sweep(sweep), ask_slurm=False)
+    fig = heatmap_figure(rep, LR, KL)
+    ax = fig.axes[0]
+    title = ax.title
+    assert inside_figure(fig, title) and "\n" in title.get_text()
+    assert title.get_text().startswith("REHEARSAL (made-up metrics):")
+    cells = [t.get_text() for t in ax.texts]
+    assert "cancelled" in cells  # point 3's cell (lr 2e-6, kl 0.1): no value, its state instead of a blank
+    assert len(cells) == 4
+    plt.close(fig)
+
+
+def test_a_curves_panel_without_data_says_so(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from grpokit.reports.plots import curves_figure
+
+    sweep = tmp_path / "logs" / "fresh"
+    sweep.mkdir(parents=True)
+    points = [write_point(sweep, i, {LR: lr}, [], "pending", 10, job_id=f"77_{i}") for i, lr in enumerate((1e-6, 2e-6))]
+    rep = collect_report(load_sweep(write_manifest(sweep, points, [LR])), ask_slurm=False)
+    fig = curves_figure(rep)
+    for ax in fig.axes:
+        assert not ax.lines
+        assert [t.get_text().splitlines()[0] for t in ax.texts] == ["no data yet"]
+    plt.close(fig)
+
+
+# --- the sweep's GPU hours in report.md
+
+
+def test_report_md_states_the_sweeps_gpu_hours(sweep_dir, tmp_path):
+    rep = collect_report(load_sweep(sweep_dir), ask_slurm=False)
+    _, md_path = write_tables(rep, tmp_path / "out")
+    md = md_path.read_text()
+    # 600 s attempts on 2 GPUs: point 0 one attempt, point 1 two, point 2 three, point 3 none = 6 x 600 x 2 s.
+    assert "**GPU hours: 2.00** (sum over the 4 points and their attempts that held GPUs for training" in md
+    assert "elapsed x GPUs" in md and "not counted" not in md
+    assert md.index("GPU hours") < md.index("| index")  # stated above the table
+
+
+def test_gpu_hours_count_every_node_and_say_what_is_unknown(sweep_dir, tmp_path):
+    # Point 0 ran on two nodes (the driver saw its own node's 2 GPUs): 600 s x 4 GPUs.
+    status = json.loads((sweep_dir / "000_lr1e-06_kl_coef0.0" / "status.json").read_text())
+    status["slurm"]["nodelist"] = "gpu[07-08]"
+    (sweep_dir / "000_lr1e-06_kl_coef0.0" / "status.json").write_text(json.dumps(status))
+    # Point 2 ran outside Slurm: no GPU count recorded.
+    status = json.loads((sweep_dir / "002_lr2e-06_kl_coef0.0" / "status.json").read_text())
+    status["slurm"] = {}
+    (sweep_dir / "002_lr2e-06_kl_coef0.0" / "status.json").write_text(json.dumps(status))
+    rep = collect_report(load_sweep(sweep_dir), ask_slurm=False)
+    t = rep.table.set_index("index")
+    assert t.loc[0, "gpu_hours"] == pytest.approx(600 * 4 / 3600)
+    assert math.isnan(t.loc[2, "gpu_hours"])
+    md = write_tables(rep, tmp_path / "out")[1].read_text()
+    total = 600 * 4 / 3600 + 2 * 600 * 2 / 3600
+    assert f"**GPU hours: {total:.2f}**" in md
+    assert "1 point without a recorded GPU count (status.json's slurm.gpus) not counted" in md
+
+
+@pytest.mark.parametrize(
+    "nodelist, count",
+    [("node1", 1), ("node[1-3,7]", 4), ("gpu[01-02],cpu5", 3), ("rack[1-2]-n[1-4]", 8), ("n[1-2],m[10-12]", 5)],
+)
+def test_node_count_reads_slurm_host_lists(nodelist, count):
+    import shutil
+    import subprocess
+
+    from grpokit.slurm.nodes import node_count
+
+    assert node_count(nodelist) == count
+    if shutil.which("scontrol"):  # Slurm's own expansion agrees (local, no controller asked)
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30)
+        assert len(out.stdout.split()) == count
+
+
+@pytest.mark.parametrize("nodelist", [None, "", "n[1-2", "n[3-1]", "a,,b", "n[x]"])
+def test_node_count_of_a_list_it_cannot_read_is_none(nodelist):
+    from grpokit.slurm.nodes import node_count
+
+    assert node_count(nodelist) is None
+
+
+# --- the pure parts of the figures
+
+
+def test_curve_plan_ranks_by_the_drawn_accuracy_and_keeps_small_sweeps_whole():
+    from grpokit.reports.curve_bands import best_points, plan_curves, ranking_column
+
+    nan = float("nan")
+    table = pd.DataFrame(
+        {
+            "index": list(range(10)),
+            "final_acc:a": [0.1, 0.9, nan, 0.5, 0.9, 0.2, 0.3, 0.4, 0.6, 0.7],
+            "final_acc:b": [1.0] * 10,
+            "final_reward_mean": [0.0] * 10,
+        }
+    )
+    assert ranking_column(table, "val-core/a/acc/mean@1") == "final_acc:a"
+    assert ranking_column(table, "val-core/b/acc/mean@1") == "final_acc:b"
+    assert ranking_column(table[["index", "final_reward_mean"]]) == "final_reward_mean"
+    assert best_points(table, "final_acc:a", 3) == [1, 4, 9]  # the tie at 0.9 goes to the lower index
+    assert 2 not in best_points(table, "final_acc:a", 10)  # no value: never among the best
+    plan = plan_curves(table, list(range(10)), "val-core/a/acc/mean@1")
+    assert plan.labelled == [1, 4, 9, 8, 3] and plan.banded == [0, 2, 5, 6, 7] and plan.metric == "final_acc:a"
+    small = plan_curves(table, list(range(8)), "val-core/a/acc/mean@1")
+    assert small.labelled == list(range(8)) and small.banded == [] and small.metric is None
+
+
+def test_band_frame_takes_each_step_over_the_points_that_logged_it():
+    from grpokit.reports.curve_bands import band_frame
+
+    a = pd.Series([1.0, 2.0, 3.0], index=[1, 2, 3])
+    b = pd.Series([3.0, float("nan")], index=[1, 2])  # step 2 not logged, step 3 never reached
+    band = band_frame([a, b, pd.Series(dtype=float)], band=(0.0, 100.0)).set_index("step")
+    assert list(band.index) == [1, 2, 3] and list(band["n"]) == [2, 1, 1]
+    assert band.loc[1, "median"] == 2.0 and band.loc[1, "lo"] == 1.0 and band.loc[1, "hi"] == 3.0
+    assert band.loc[3, "median"] == 3.0
+    assert band_frame([]).empty
+
+
+def test_fit_title_breaks_a_title_without_spaces_until_it_fits():
+    import matplotlib.pyplot as plt
+
+    from grpokit.reports.figure_text import fit_title, inside_figure
+
+    fig, ax = plt.subplots(figsize=(3, 2))
+    title = ax.set_title("REHEARSAL (made-up metrics): " + "x" * 120)
+    assert not inside_figure(fig, title)
+    assert fit_title(fig, title, fig.tight_layout) and inside_figure(fig, title)
+    assert title.get_text().replace("\n", "").replace(" ", "") == ("REHEARSAL(made-upmetrics):" + "x" * 120)
+    plt.close(fig)

@@ -21,6 +21,7 @@ from grpokit.reports.summary import (
     gpu_hours,
     metrics_summary,
     point_reason,
+    sweep_gpu_hours,
 )
 from grpokit.run_folder import startup_view
 from grpokit.run_folder.metrics import merge_attempts, val_acc_keys
@@ -123,8 +124,24 @@ def write_tables(report: SweepReport, out_dir: Path) -> tuple[Path, Path]:
         startup = "\n## Start-up (latest attempt; seconds, job start -> first generation request)\n\n"
         startup += "\n".join(lines) + "\n"
     title = f"# Sweep {report.sweep.name}{' (rehearsal)' if rehearsal else ''}{rehearsal}"
-    md_path.write_text(f"{title}\n\n{body}\n{startup}")
+    md_path.write_text(f"{title}\n\n{gpu_hours_line(report.table)}\n\n{body}\n{startup}")
     return csv_path, md_path
+
+
+def gpu_hours_line(table: pd.DataFrame) -> str:
+    """report.md's line on the sweep's GPU hours: the sum of the ``gpu_hours`` column (over points
+    and their attempts that held GPUs for training, elapsed x GPUs), saying how it is counted and
+    how many points had no GPU count yet."""
+    total, unknown = sweep_gpu_hours(list(table["gpu_hours"])) if "gpu_hours" in table.columns else (0.0, 0)
+    points = len(table)
+    line = (
+        f"**GPU hours: {total:.2f}** (sum over the {points} point{'s' if points != 1 else ''} and their attempts "
+        "that held GPUs for training of elapsed x GPUs; per point: the `gpu_hours` column)"
+    )
+    if unknown:
+        plural = "s" if unknown != 1 else ""
+        line += f"; {unknown} point{plural} without a recorded GPU count (status.json's slurm.gpus) not counted"
+    return line
 
 
 def _md_cell(v) -> str:

@@ -142,7 +142,8 @@ def gpu_hours(point: Point, slurm: SlurmJobState | None = None, now: datetime | 
 
     Elapsed per attempt comes from status.json (the driver records Slurm's times); for a running
     last attempt without ``elapsed_s``, Slurm's run time is used when known, else now - start.
-    GPUs come from status.json's ``slurm.gpus``. NaN when the GPU count is unknown.
+    GPUs: :attr:`~grpokit.run_folder.sweep_reader.Point.gpus` (status.json's ``slurm.gpus`` per
+    node x the nodes of ``slurm.nodelist``). NaN when the GPU count is unknown.
     """
     gpus = point.gpus
     attempts = point.attempts
@@ -158,3 +159,11 @@ def gpu_hours(point: Point, slurm: SlurmJobState | None = None, now: datetime | 
         else:
             total += attempt_elapsed_s(att, now) or 0.0
     return total * gpus / 3600.0
+
+
+def sweep_gpu_hours(per_point: list[float]) -> tuple[float, int]:
+    """The sweep's total GPU hours: the sum of the points' :func:`gpu_hours`, and how many points
+    were left out of it because their GPU count is unknown (NaN: no status.json with
+    ``slurm.gpus`` yet)."""
+    known = [float(h) for h in per_point if h is not None and not math.isnan(float(h))]
+    return float(sum(known)), len(per_point) - len(known)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from grpokit.run_folder.manifest import SweepManifest, read_manifest
 from grpokit.run_folder.status_record import Attempt, PointStatus, read_status_or_none
+from grpokit.slurm.nodes import node_count
 
 
 @dataclass
@@ -35,9 +36,13 @@ class Point:
 
     @property
     def gpus(self) -> int | None:
-        """GPUs of the allocation (status.json's slurm.gpus), None when not yet known."""
+        """GPUs of the whole allocation: status.json's ``slurm.gpus`` (the GPUs the driver saw on
+        its own node) x the nodes of ``slurm.nodelist`` (1 when it names none, e.g. outside Slurm).
+        None when not yet known."""
         slurm = self.status.slurm if self.status is not None else None
-        return slurm.gpus if slurm is not None else None
+        if slurm is None or slurm.gpus is None:
+            return None
+        return slurm.gpus * (node_count(slurm.nodelist) or 1)
 
 
 @dataclass

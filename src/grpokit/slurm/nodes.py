@@ -2,12 +2,49 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
 
 from grpokit.slurm import runner
 from grpokit.slurm.task import JobEnv
+
+
+def node_count(nodelist: str | None) -> int | None:
+    """How many nodes a Slurm host list names, without asking Slurm: ``node1`` 1, ``node[1-3,7]``
+    4, ``gpu[01-02],cpu5`` 3, ``rack[1-2]-n[1-4]`` 8 (each bracket's count multiplied).
+
+    None for an empty list or one this reading does not understand (unbalanced brackets, a range
+    running backwards)."""
+    if not nodelist or not nodelist.strip():
+        return None
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(nodelist):
+        depth += (ch == "[") - (ch == "]")
+        if depth not in (0, 1):
+            return None
+        if ch == "," and depth == 0:
+            items.append(nodelist[start:i])
+            start = i + 1
+    if depth:
+        return None
+    items.append(nodelist[start:])
+    total = 0
+    for item in items:
+        if not item.strip():
+            return None
+        count = 1
+        for group in re.findall(r"\[([^\]]*)\]", item):
+            size = 0
+            for part in group.split(","):
+                lo, _, hi = part.partition("-")
+                if not lo.isdigit() or (hi and not hi.isdigit()) or (hi and int(hi) < int(lo)):
+                    return None
+                size += int(hi) - int(lo) + 1 if hi else 1
+            count *= size
+        total += count
+    return total
 
 
 def node_names() -> list[str]:

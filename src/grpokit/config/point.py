@@ -164,6 +164,24 @@ def _typed_sections(cfg: DictConfig, point: str, kit_overrides: list[str]) -> tu
     return sections, notices
 
 
+def hardware_request(cluster: ClusterConf, hardware: dict[str, Any]) -> tuple[ClusterConf, str | None]:
+    """The point's Slurm request for the GPUs its hardware profile was sized for.
+
+    With ``cluster.kind: slurm``, no ``cluster.constraint`` of its own and the profile's name in
+    ``cluster.gpu_constraints``, the request asks for those node features (``--constraint``); the
+    notice says so. Otherwise ``cluster`` is returned as it is (notice None).
+    """
+    profile = str(hardware.get("name") or "")
+    features = (cluster.gpu_constraints or {}).get(profile)
+    if cluster.kind != "slurm" or cluster.constraint or not features:
+        return cluster, None
+    notice = (
+        f"hardware={profile} (sized for {hardware.get('gpu_memory_gb', '?')} GB GPUs) asks Slurm for nodes "
+        f"with --constraint={features} (cluster.gpu_constraints.{profile})"
+    )
+    return dataclasses.replace(cluster, constraint=str(features)), notice
+
+
 def build_point(
     cfg: DictConfig,
     *,
@@ -198,6 +216,8 @@ def build_point(
     }
     refuse_replaced(cfg, name, typed, derived)
     sections, deprecations = _typed_sections(cfg, name, kit_overrides)
+    hardware = _section(cfg, "hardware")
+    sections["cluster"], gpu_notice = hardware_request(sections["cluster"], hardware)
     if cfg.get("rehearse"):  # grpokit.rehearsal: the stand-in trainer, on any node
         sections["runtime"] = dataclasses.replace(
             sections["runtime"], trainer_cmd=list(REHEARSAL_TRAINER_CMD), needs_gpu=False, rehearsal=True
@@ -230,6 +250,11 @@ def build_point(
         experiment=_section(cfg, "experiment"),
         model=_section(cfg, "model"),
         **sections,
-        hardware=_section(cfg, "hardware"),
-        notices=[*deprecations, *preset_notices, *([logger_notice] if logger_notice else [])],
+        hardware=hardware,
+        notices=[
+            *deprecations,
+            *preset_notices,
+            *([logger_notice] if logger_notice else []),
+            *([gpu_notice] if gpu_notice else []),
+        ],
     )

@@ -180,8 +180,13 @@ class ClusterConf(_Section):
     account: str | None = None
     # Slurm QOS (sbatch --qos); null: the association's default.
     qos: str | None = None
-    # Node features (sbatch --constraint), e.g. "h200|a100"; null: any node.
+    # Node features (sbatch --constraint), e.g. "h200|a100"; null: any node (or the point's
+    # hardware profile's entry in gpu_constraints).
     constraint: str | None = None
+    # Node features per hardware profile (a site's mapping), e.g. {h200: "h200|h100", consumer_24gb:
+    # rtx4090}: a point of that profile asks for them (sbatch --constraint) unless cluster.constraint is
+    # set, so a sweep over profiles sends each profile's points to its own GPUs.
+    gpu_constraints: dict[str, str] = dataclasses.field(default_factory=dict)
     # Nodes per point (sbatch --nodes); verl's trainer.nnodes.
     nodes: int = 1
     # GPUs per node (sbatch --gpus-per-node); verl's trainer.n_gpus_per_node less dedicated sidecars' GPUs.

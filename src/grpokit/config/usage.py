@@ -17,6 +17,10 @@ Main keys (key=value; a,b,c sweeps a key with -m):
                             the Slurm request of every point (per node)
   cluster.timeout_min       time limit of one attempt (minutes); a longer point is requeued and resumes
   cluster.array_parallelism array tasks running at once
+  cluster.constraint        node features (sbatch --constraint); cluster.gpu_constraints.<profile>=<features>
+                            maps each hardware profile to its GPUs' node features
+  cluster.python            the Python the job runs (another venv's or a container's); its packages
+                            are checked against each point's needs before submission
   cluster.signal_delay_s    seconds before the time limit at which the job checkpoints and requeues
   cluster.additional_parameters.<sbatch option>=v   more sbatch options (submitit's names;
                             hydra.launcher.<name>=v is taken as cluster.<name>=v)

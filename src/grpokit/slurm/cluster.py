@@ -27,13 +27,15 @@ class SlurmQueryError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class NodeFacts:
-    """One node: ``cpus`` (CPUTot), ``memory_mb`` (RealMemory), ``gpus`` (gres ``gpu`` count)."""
+    """One node: ``cpus`` (CPUTot), ``memory_mb`` (RealMemory), ``gpus`` (gres ``gpu`` count),
+    ``features`` (AvailableFeatures)."""
 
     name: str
     cpus: int
     memory_mb: int
     gpus: int
     partitions: tuple[str, ...]
+    features: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,8 +133,19 @@ def parse_facts(partitions_text: str, nodes_text: str, config_text: str) -> Slur
             memory_mb=_int_or_none(f.get("RealMemory")) or 0,
             gpus=gres_gpus(f.get("Gres", "")),
             partitions=tuple(p for p in f.get("Partitions", "").split(",") if p),
+            features=tuple(x for x in f.get("AvailableFeatures", "").split(",") if x and x != "(null)"),
         )
     return SlurmFacts(partitions=partitions, nodes=nodes, max_array_size=parse_max_array_size(config_text))
+
+
+def constraint_matches(constraint: str, features: tuple[str, ...] | list[str]) -> bool | None:
+    """Whether a node with ``features`` satisfies ``--constraint`` (``a|b``: either, ``a&b`` or
+    ``a,b``: both; sbatch's manual, --constraint). None for the forms this does not read
+    (brackets, counts ``a*2``, parentheses): sbatch --test-only judges those."""
+    if any(c in constraint for c in "[]()*"):
+        return None
+    have = set(features)
+    return any(all(term.strip() in have for term in re.split(r"[&,]", alt)) for alt in constraint.split("|"))
 
 
 def query_facts() -> SlurmFacts | None:

@@ -123,6 +123,27 @@ def check_stream(specs: Iterable[PointSpec]) -> Iterator[list[Problem]]:
             yield found
 
 
+def check_hardware_requests(requests: list[list[PointSpec]]) -> list[Problem]:
+    """One problem per Slurm request (a group of points that go out alike) holding points of
+    several hardware profiles: nothing sends each profile's points to the GPUs it was sized for."""
+    problems = []
+    for group in requests:
+        profiles = sorted({str(s.hardware.get("name")) for s in group if s.hardware.get("name")})
+        if group[0].cluster.kind == "slurm" and len(profiles) > 1:
+            problems.append(
+                Problem(
+                    ", ".join(s.name for s in group[:6]) + (" ..." if len(group) > 6 else ""),
+                    "hardware",
+                    f"points sized for different GPUs ({', '.join(profiles)}) would share one Slurm request: "
+                    "any of them may land on the other's GPUs",
+                    "map each profile to its nodes' features: "
+                    + " ".join(f"cluster.gpu_constraints.{p}=<features>" for p in profiles)
+                    + " (or sweep one hardware profile per command)",
+                )
+            )
+    return problems
+
+
 def check_sweep(specs: list[PointSpec]) -> list[Problem]:
     """What no single point shows: shared checkpoint folders, and the Slurm request of each array."""
     problems: list[Problem] = []
@@ -142,6 +163,7 @@ def check_sweep(specs: list[PointSpec]) -> list[Problem]:
     requests: dict[str, list[PointSpec]] = {}
     for spec in specs:
         requests.setdefault(json.dumps(dataclasses.asdict(spec.cluster), sort_keys=True, default=str), []).append(spec)
+    problems += check_hardware_requests(list(requests.values()))
     for group in requests.values():
         found = slurm_request.check_request(group[0].cluster, name=group[0].sweep_name, num_points=len(group))
         if len(requests) > 1:

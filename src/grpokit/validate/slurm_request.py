@@ -22,7 +22,7 @@ from typing import Any
 from grpokit.config.schema import ClusterConf
 from grpokit.problems import Problem, note
 from grpokit.slurm import sbatch
-from grpokit.slurm.cluster import SlurmFacts, SlurmQueryError, query_facts
+from grpokit.slurm.cluster import SlurmFacts, SlurmQueryError, constraint_matches, query_facts
 
 
 def _request(cluster: Mapping[str, Any]) -> dict[str, Any]:
@@ -104,6 +104,21 @@ def check_facts(
                 f"set cluster.timeout_min<={part.max_time_min} (a point that needs longer is requeued and resumes)",
             )
         )
+    if cluster.constraint and constraint_matches(cluster.constraint, ()) is not None:
+        having = [n for n in nodes if constraint_matches(cluster.constraint, n.features)]
+        if not having:
+            offered = sorted({f for n in nodes for f in n.features})
+            problems.append(
+                Problem(
+                    point,
+                    "cluster.constraint",
+                    f"no node of {where} has the features --constraint={cluster.constraint} asks for "
+                    f"(its nodes have: {', '.join(offered) or 'no features'})",
+                    "set cluster.constraint (or cluster.gpu_constraints.<profile>) to features those nodes have, "
+                    "or choose the partition of those GPUs",
+                )
+            )
+        nodes = having
     if problems:
         return problems
     fitting = [

@@ -17,6 +17,7 @@ import logging
 import sys
 
 from grpokit.run_folder.locate import sweep_folder_arg
+from grpokit.submit import no_space
 from grpokit.submit.resubmit_points import DEFAULT_STATES, resubmit, select
 
 
@@ -37,7 +38,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(refused)
     if args.dry_run:
         chosen = dict(select(args.sweep_dir, states))
-    done = resubmit(args.sweep_dir, states, dry_run=args.dry_run)
+    try:
+        done = resubmit(args.sweep_dir, states, dry_run=args.dry_run)
+    except no_space.NoSpace as exc:
+        print(
+            f"error: {exc.describe()}; nothing was resubmitted ({getattr(exc, 'undone', 'nothing was left behind')}). "
+            f"Free at least {no_space.human(exc.needed)} under {exc.folder} and run the same command again.",
+            file=sys.stderr,
+        )
+        return 1
     entries = done.entries
     if not entries:
         print(f"nothing to resubmit in {args.sweep_dir} (states: {', '.join(states)})")

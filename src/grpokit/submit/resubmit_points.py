@@ -18,7 +18,7 @@ from grpokit.run_folder import RunFolder, read_status_or_none
 from grpokit.run_folder.claim import Claim, folder_state, open_existing
 from grpokit.run_folder.manifest import ManifestPoint, read_manifest, replace_job_ids
 from grpokit.run_folder.point_state import RESUBMITTABLE_STATES, point_state
-from grpokit.run_folder.sweep_reader import load_sweep
+from grpokit.run_folder.sweep_reader import load_sweep, moved_line
 from grpokit.runtime.decisions import resubmission
 from grpokit.slurm.job_states import job_states
 from grpokit.slurm.scancel import scancel
@@ -29,6 +29,32 @@ log = logging.getLogger(__name__)
 
 #: The states resubmitted by default: the ones ``resume=true`` takes again too.
 DEFAULT_STATES = RESUBMITTABLE_STATES
+
+
+class FoldersMissing(Exception):
+    """The sweep folder was moved, or run folders of points to resubmit are gone; one line, what to do."""
+
+
+def check_folders(sweep_dir: Path, chosen: list[tuple[int, str]]) -> None:
+    """Refuse a resubmission that cannot find its points' files (each job reads ``<run>/point.json``).
+
+    Raises:
+        FoldersMissing: the sweep folder was moved from where it was submitted, or a chosen point's
+            run folder is missing (deleted or moved away).
+    """
+    sweep = load_sweep(sweep_dir)
+    moved = moved_line(sweep)
+    if moved:
+        raise FoldersMissing(f"nothing was resubmitted: {moved}")
+    wanted = {i for i, _ in chosen}
+    gone = [p for p in sweep.points if p.index in wanted and p.missing]
+    if gone:
+        names = ", ".join(f"{p.name} ({p.run_dir})" for p in gone)
+        raise FoldersMissing(
+            f"nothing was resubmitted: the run folder of {names} is missing (deleted or moved away) and a "
+            "resubmitted job reads its point.json there; move it back (a deleted point can only be trained again in a "
+            "new sweep)"
+        )
 
 
 def select(sweep_dir: Path, states: tuple[str, ...] = DEFAULT_STATES) -> list[tuple[int, str]]:
@@ -78,6 +104,7 @@ def resubmit(sweep_dir: Path, states: tuple[str, ...] = DEFAULT_STATES, dry_run:
     """Resubmit the selected points as one job array (or run them here for a local sweep).
 
     Raises:
+        FoldersMissing: the sweep folder was moved, or a chosen point's run folder is gone.
         grpokit.submit.no_space.NoSpace: the disk was full (or over quota) writing the sweep folder;
             what this resubmission wrote is undone first (``exc.undone`` says what), nothing is queued.
     """
@@ -99,7 +126,9 @@ def resubmit(sweep_dir: Path, states: tuple[str, ...] = DEFAULT_STATES, dry_run:
 def _resubmit_locked(claim: Claim, states: tuple[str, ...], dry_run: bool, undo: no_space.Undo) -> Resubmission:
     sweep_dir = claim.path
     manifest = read_manifest(sweep_dir)
-    chosen = dict(select(sweep_dir, states))
+    picked = select(sweep_dir, states)
+    check_folders(sweep_dir, picked)
+    chosen = dict(picked)
     entries = [p for p in manifest.points if p.index in chosen]
     if not entries or dry_run:
         return Resubmission(entries)

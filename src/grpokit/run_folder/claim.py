@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,35 @@ def folder_state(path: Path) -> str:
     return "sweep"  # a sweep folder written before submissions.jsonl existed
 
 
+def never_submitted(path: Path) -> bool:
+    """A folder a sweep command claimed but never submitted from: an empty ``submissions.jsonl``, no
+    manifest, and no sweep command holding it now (what a failure before submission left, before such
+    failures removed their folder; a claim in progress holds its ``flock``)."""
+    sub = Path(path) / SUBMISSIONS
+    try:
+        st = sub.stat()
+        # seconds old at least: a claim made this instant may not hold its lock yet (open, then flock)
+        if st.st_size != 0 or time.time() - st.st_mtime < 10 or (Path(path) / MANIFEST).exists():
+            return False
+        fd = os.open(sub, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return False  # its owner is submitting right now
+    finally:
+        os.close(fd)
+    return True
+
+
 def exists_message(path: Path) -> str:
+    if never_submitted(path):
+        return (
+            f"sweep folder {path} was claimed by an earlier sweep command that failed before submitting "
+            f"(an empty {SUBMISSIONS}, no {MANIFEST}); nothing was submitted there or now. Remove it "
+            f"(rm -r {path}) and run the same command again, or choose another sweep_name=."
+        )
     return (
         f"sweep folder {path} already exists (a sweep was submitted there); nothing was submitted. "
         "Add resume=true to resubmit its unfinished points with the same settings, or choose another "
@@ -85,6 +114,8 @@ def check_before_validation(path: Path, *, resume: bool, generated: bool) -> Non
         SweepFolderError: ``resume`` without a folder to resume; an explicit name that is taken.
     """
     state = folder_state(path)
+    if resume and state == "sweep" and never_submitted(path):
+        raise SweepFolderError(exists_message(path))
     if resume and state == "absent":
         raise SweepFolderError(
             f"resume=true: there is no sweep folder {path} to resume; nothing was submitted. "

@@ -544,6 +544,44 @@ def test_a_full_checkpoint_disk_fails_as_disk_full_and_is_not_retried(
     assert_closed(r, spec, signal_handlers, in_slurm=True)
 
 
+def test_a_run_folder_deleted_while_the_point_runs_stops_it_without_retry_or_anything_recreated(
+    tmp_path, bare_point, signal_handlers, caplog
+):
+    """``rm -rf`` of a running point's folder (issue 36.5): the trainer is stopped, the job ends
+    (exit 1, no requeue, no node excluded although ``runtime.max_retries`` would retry a crash), and
+    neither the run folder nor its status.json is written again."""
+    import shutil
+
+    spec = make_spec(bare_point, tmp_path, max_retries=2)
+    run_dir = Path(spec.run_dir)
+
+    def rm_rf(_trainer):
+        shutil.rmtree(run_dir)
+
+    host, trainers = doubles.StandInHost(in_slurm=True), []
+
+    def start_trainer(cmd, log_path, *, env, cwd):
+        trainers.append(doubles.StandInTrainer(cmd, log_path, env=env, cwd=cwd, script={2: rm_rf}))
+        return trainers[-1]
+
+    parts = Parts(
+        validate=lambda _spec: (None, []),
+        start_ray=doubles.StandInRay(),
+        sidecars=doubles.StandInSidecars(),
+        start_trainer=start_trainer,
+        host=host,
+        poll_s=0.05,
+    )
+    with caplog.at_level(logging.INFO):
+        code = Driver(spec, parts).run()
+    assert code == 1
+    assert not run_dir.exists(), "nothing recreated (no status.json in a new empty folder)"
+    assert host.requeues == 0, "not retried: no requeue, so no node excluded either"
+    assert trainers[0].returncode is not None and all(c.stopped for c in parts.start_ray.clusters)
+    line = f"point {spec.name}: cancelled (run_folder_gone) run folder {run_dir} was deleted or moved while"
+    assert any(r.getMessage().startswith(line) for r in caplog.records), [r.getMessage() for r in caplog.records]
+
+
 def test_the_outcome_reaches_the_readers_when_status_json_cannot_be_written(
     tmp_path, bare_point, signal_handlers, monkeypatch
 ):

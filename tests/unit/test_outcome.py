@@ -97,3 +97,35 @@ def test_exit_codes():
     assert Outcome("cancelled", "cancelled").exit is Exit.FAILED
     with pytest.raises(AttributeError):
         Outcome("failed", "failed").state = "completed"  # frozen
+
+
+GONE = "run folder /logs/s/000 was deleted or moved while the point ran: the point was stopped, ..."
+
+
+@pytest.mark.parametrize(
+    ("happened", "stop"),
+    [
+        (Happened(**RAN, trainer_exit=3, run_folder_gone=GONE), None),  # its writes failed: not a crash
+        (Happened(**RAN, trainer_exit=-15, run_folder_gone=GONE), None),  # the driver stopped it
+        (Happened(**RAN, trainer_exit=1, saved_step=2, run_folder_gone=GONE), REQUEUE),  # a warning came too
+        (Happened(error=OSError(2, "No such file or directory"), run_folder_gone=GONE), None),
+        (Happened(**RAN, trainer_exit=1, disk_full="disk full writing /x", run_folder_gone=GONE), None),
+        (Happened(**RAN, trainer_exit=1, node_failure="node node2 failed", run_folder_gone=GONE), None),
+    ],
+    ids=["trainer crashed", "stopped", "stop signal", "driver error", "disk full", "node failure"],
+)
+def test_a_run_folder_gone_stops_the_point_without_a_retry_or_requeue(happened, stop):
+    out = decide(happened, signal_name="SIGUSR2" if stop else None, stop=stop)
+    assert (out.state, out.ended_by, out.requeue, out.reason) == ("cancelled", "run_folder_gone", False, GONE)
+    # grpokit.runtime.processes.retry_job retries only "failed" outcomes (crashes, Ray): none here
+    assert out.state != "failed"
+
+
+def test_a_run_folder_is_gone_when_its_path_holds_nothing_or_another_folder():
+    from grpokit.runtime.decisions import folder_gone
+
+    assert not folder_gone.gone((1, 10), (1, 10))
+    assert folder_gone.gone((1, 10), None)  # rm -rf, or mv of it or of its sweep folder
+    assert folder_gone.gone((1, 10), (1, 11))  # deleted, then recreated by a writer's mkdir -p
+    assert not folder_gone.gone(None, None)  # the attempt never opened: nothing to compare
+    assert folder_gone.reason("/logs/s/000").startswith("run folder /logs/s/000 was deleted or moved")

@@ -345,3 +345,18 @@ def test_wait_ends_for_a_job_slurm_ended_without_a_status(tmp_path, monkeypatch,
 def test_is_generated():
     assert folder.is_generated("${experiment.name}_${now:%Y%m%d-%H%M%S}")
     assert not folder.is_generated("lr_sweep")
+
+
+def test_a_folder_left_by_a_command_that_failed_before_submitting_is_named_so_with_resume_too(tmp_path):
+    """What a full disk left before issue 36.2 (code.partial/, an empty submissions.jsonl, no
+    manifest): neither "a sweep was submitted there" nor resume's FileNotFoundError on manifest.json."""
+    left = tmp_path / "full"
+    (left / "code.partial").mkdir(parents=True)
+    (left / SUBMISSIONS).write_text("")
+    os.utime(left / SUBMISSIONS, (1e9, 1e9))  # left long ago (a claim of this instant may not be locked yet)
+    for resume in (False, True):
+        with pytest.raises(SweepFolderError, match=r"failed before submitting .* Remove it \(rm -r "):
+            folder.check_before_validation(left, resume=resume, generated=False)
+    (left / SUBMISSIONS).write_text('{"kind": "new"}\n')
+    with pytest.raises(SweepFolderError, match="a sweep was submitted there"):
+        folder.check_before_validation(left, resume=False, generated=False)

@@ -9,6 +9,7 @@ card's commands keep working from a checkout). Each module has ``entry(argv) -> 
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 import sys
@@ -70,6 +71,12 @@ def _run(module: str, argv: list[str]) -> int:
     except KeyboardInterrupt:  # Ctrl-C: one line, the shell's status for SIGINT (128 + 2), no traceback
         print(f"\n{_interrupted(module)}", file=sys.stderr)
         return 130
+    except OSError as exc:  # a full disk (ENOSPC, EDQUOT) no command caught itself: one line, no traceback
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = f" writing {exc.filename}" if exc.filename else ""
+        print(f"error: {exc.strerror}{where}; free space there and run the same command again", file=sys.stderr)
+        return 1
     return code
 
 

@@ -16,8 +16,12 @@ from grpokit.reports.plots import plot_curves, plot_heatmap
 from grpokit.reports.report_table import collect_report, tensorboard_command, write_tables
 from grpokit.run_folder.locate import sweep_folder_arg
 from grpokit.run_folder.sweep_reader import load_sweep
+from grpokit.submit import no_space
 
 log = logging.getLogger(__name__)
+
+#: About the bytes a report writes (two tables, two PNG plots), for the line a full disk leaves.
+REPORT_BYTES = 1_000_000
 
 
 def run(
@@ -70,6 +74,17 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        if not no_space.is_full(exc):
+            raise
+        out = args.out or args.sweep_dir / "report"
+        print(
+            f"error: disk full writing the report into {out} ({no_space.human(no_space.free_bytes(out))} free, "
+            f"about {no_space.human(REPORT_BYTES)} needed); free space there or pass --out DIR on another disk, "
+            "then run the same command again",
+            file=sys.stderr,
+        )
+        return 1
     for kind, path in paths.items():
         if path is not None:
             print(f"{kind}: {path}")

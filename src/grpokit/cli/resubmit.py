@@ -17,7 +17,9 @@ import logging
 import sys
 
 from grpokit.run_folder.locate import sweep_folder_arg
-from grpokit.submit.resubmit_points import DEFAULT_STATES, resubmit, select
+from grpokit.run_folder.sweep_reader import load_sweep
+from grpokit.submit import no_space
+from grpokit.submit.resubmit_points import DEFAULT_STATES, FoldersMissing, check_folders, resubmit, select
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,10 +39,28 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(refused)
     if args.dry_run:
         chosen = dict(select(args.sweep_dir, states))
-    done = resubmit(args.sweep_dir, states, dry_run=args.dry_run)
+        try:
+            check_folders(args.sweep_dir, list(chosen.items()))
+        except FoldersMissing as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    try:
+        done = resubmit(args.sweep_dir, states, dry_run=args.dry_run)
+    except FoldersMissing as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except no_space.NoSpace as exc:
+        print(
+            f"error: {exc.describe()}; nothing was resubmitted ({getattr(exc, 'undone', 'nothing was left behind')}). "
+            f"Free at least {no_space.human(exc.needed)} under {exc.folder} and run the same command again.",
+            file=sys.stderr,
+        )
+        return 1
     entries = done.entries
     if not entries:
-        print(f"nothing to resubmit in {args.sweep_dir} (states: {', '.join(states)})")
+        gone = [f"{p.name} ({p.run_dir})" for p in load_sweep(args.sweep_dir).points if p.missing]
+        note = f"; the run folder of {', '.join(gone)} is missing (deleted or moved away)" if gone else ""
+        print(f"nothing to resubmit in {args.sweep_dir} (states: {', '.join(states)}){note}")
         return 0
     for e in entries:
         if args.dry_run:

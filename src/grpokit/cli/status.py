@@ -30,7 +30,7 @@ from rich.live import Live
 
 from grpokit.reports.status_table import collect_rows, render_table, row_json
 from grpokit.run_folder.locate import sweep_folder_arg
-from grpokit.run_folder.sweep_reader import load_sweep
+from grpokit.run_folder.sweep_reader import load_sweep, moved_line
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,15 @@ def build(sweep_dir: Path, width: int | None = None):
     rows = collect_rows(sweep)
     final = not any(r.state in LIVE_WORDS or r.extra.get("chain") in LIVE_WORDS for r in rows)
     return render_table(sweep, rows, width), final
+
+
+def _moved(sweep_dir: Path) -> str | None:
+    """:func:`~grpokit.run_folder.sweep_reader.moved_line` of the sweep (None also when it cannot be read:
+    the table's own error says why)."""
+    try:
+        return moved_line(load_sweep(sweep_dir))
+    except (FileNotFoundError, ValueError):
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     def table_width() -> int | None:  # read again at each redraw: the terminal may be resized
         return None if piped else console.width
 
+    moved = _moved(args.sweep_dir)
+    if moved:  # the table still shows the points, read where they are now
+        print(f"warning: {moved}", file=sys.stderr)
     if args.json:
         try:
             rows = collect_rows(load_sweep(args.sweep_dir))

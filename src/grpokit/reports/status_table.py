@@ -22,7 +22,7 @@ from grpokit.run_folder import startup_view
 from grpokit.run_folder.metrics import merge_attempts, val_acc_keys
 from grpokit.run_folder.point_state import WAITING_RUNG, at_rung, halving_final_target, point_state, rung_reason
 from grpokit.run_folder.status_record import attempt_elapsed_s
-from grpokit.run_folder.sweep_reader import Point, Sweep
+from grpokit.run_folder.sweep_reader import Point, Sweep, missing_reason
 from grpokit.slurm.job_states import SlurmJobState, job_states
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,9 @@ def status_row(
         last_reward=last_reward(df),
         val_acc=val_acc,
         elapsed_s=elapsed,
-        reason=rung_reason(point, final_target)
+        reason=missing_reason(point)
+        if point.missing
+        else rung_reason(point, final_target)
         if state == WAITING_RUNG
         else point_reason(point, slurm, state, whole=True),
         eta_s=eta_s(df, step, target) if state == "running" else None,

@@ -17,10 +17,13 @@ real sweep of the same name takes it over.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import shutil
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,7 +71,35 @@ def folder_state(path: Path) -> str:
     return "sweep"  # a sweep folder written before submissions.jsonl existed
 
 
+def never_submitted(path: Path) -> bool:
+    """A folder a sweep command claimed but never submitted from: an empty ``submissions.jsonl``, no
+    manifest, and no sweep command holding it now (what a failure before submission left, before such
+    failures removed their folder; a claim in progress holds its ``flock``)."""
+    sub = Path(path) / SUBMISSIONS
+    try:
+        st = sub.stat()
+        # seconds old at least: a claim made this instant may not hold its lock yet (open, then flock)
+        if st.st_size != 0 or time.time() - st.st_mtime < 10 or (Path(path) / MANIFEST).exists():
+            return False
+        fd = os.open(sub, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return False  # its owner is submitting right now
+    finally:
+        os.close(fd)
+    return True
+
+
 def exists_message(path: Path) -> str:
+    if never_submitted(path):
+        return (
+            f"sweep folder {path} was claimed by an earlier sweep command that failed before submitting "
+            f"(an empty {SUBMISSIONS}, no {MANIFEST}); nothing was submitted there or now. Remove it "
+            f"(rm -r {path}) and run the same command again, or choose another sweep_name=."
+        )
     return (
         f"sweep folder {path} already exists (a sweep was submitted there); nothing was submitted. "
         "Add resume=true to resubmit its unfinished points with the same settings, or choose another "
@@ -83,6 +114,8 @@ def check_before_validation(path: Path, *, resume: bool, generated: bool) -> Non
         SweepFolderError: ``resume`` without a folder to resume; an explicit name that is taken.
     """
     state = folder_state(path)
+    if resume and state == "sweep" and never_submitted(path):
+        raise SweepFolderError(exists_message(path))
     if resume and state == "absent":
         raise SweepFolderError(
             f"resume=true: there is no sweep folder {path} to resume; nothing was submitted. "
@@ -97,16 +130,27 @@ class Claim:
     """A sweep folder this process owns until :meth:`release` (an open, locked ``submissions.jsonl``).
 
     path: the folder. name: its final name (the generated default may have a ``-N`` suffix).
-    resumed: an existing sweep re-used by ``resume=true``.
+    resumed: an existing sweep re-used by ``resume=true``. created: this claim made the folder
+    (a new sweep in an absent folder). before: the entries the folder held when claimed (a new
+    sweep taking over a dry run's folder: its files). submissions_size: bytes of ``submissions.jsonl``
+    when claimed (what an undone submission truncates it back to).
     """
 
     path: Path
     name: str
     resumed: bool
     _fd: int | None = None
+    created: bool = False
+    before: frozenset[str] = frozenset()
+    submissions_size: int = 0
 
     def record(self, kind: str, points: list[str], job_ids: list[str | None], **extra: Any) -> None:
-        """Append one submission line to ``submissions.jsonl`` (flushed to disk)."""
+        """Append one submission line to ``submissions.jsonl`` (flushed to disk).
+
+        Raises:
+            OSError: it could not be written (a full disk: ENOSPC, also for a short write); the file
+                is truncated back, so no half line is left.
+        """
         line = {
             "time": now(),
             "kind": kind,
@@ -116,8 +160,15 @@ class Claim:
             **extra,
         }
         assert self._fd is not None, "record() after release()"
-        os.write(self._fd, (json.dumps(line, default=str) + "\n").encode())
-        os.fsync(self._fd)
+        end = os.lseek(self._fd, 0, os.SEEK_END)
+        payload = (json.dumps(line, default=str) + "\n").encode()
+        try:
+            if os.write(self._fd, payload) < len(payload):  # a short write: the disk filled up under it
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path / SUBMISSIONS))
+            os.fsync(self._fd)
+        except OSError:  # a full disk: no half line is left for readers of the file
+            os.ftruncate(self._fd, end)
+            raise
 
     def release(self) -> None:
         """Drop the lock (closing the file); idempotent."""
@@ -152,7 +203,7 @@ def open_existing(path: Path) -> Claim:
             f"{path} has no {MANIFEST}: no submitted points are recorded there; nothing was submitted. "
             "Choose another sweep_name= for a new sweep."
         )
-    return Claim(path=path, name=path.name, resumed=True, _fd=fd)
+    return Claim(path=path, name=path.name, resumed=True, _fd=fd, submissions_size=os.fstat(fd).st_size)
 
 
 def dry_run_folder(logs_root: Path, name: str, *, generated: bool) -> Path:
@@ -188,6 +239,8 @@ def claim(logs_root: Path, name: str, *, generated: bool, resume: bool) -> Claim
 
     Raises:
         SweepFolderError: the name is taken (explicit name, no resume), or resume finds nothing.
+        OSError: the folder or ``submissions.jsonl`` could not be created (a full disk: ENOSPC,
+            EDQUOT); a folder this call made is removed first.
     """
     check_name(name)
     logs_root = Path(logs_root)
@@ -203,8 +256,14 @@ def claim(logs_root: Path, name: str, *, generated: bool, resume: bool) -> Claim
             raise SweepFolderError(exists_message(path))
         if resume and state == "absent":
             check_before_validation(path, resume=True, generated=generated)
+        created = False
         try:
-            path.mkdir(exist_ok=True)
+            try:
+                path.mkdir()
+                created = True
+            except FileExistsError:
+                pass
+            before = frozenset(p.name for p in path.iterdir())
             fd = _locked(path / SUBMISSIONS, os.O_CREAT | os.O_EXCL)
         except (FileExistsError, NotADirectoryError):
             # another sweep command claimed it between our look and our create
@@ -213,5 +272,9 @@ def claim(logs_root: Path, name: str, *, generated: bool, resume: bool) -> Claim
             if generated:
                 continue
             raise SweepFolderError(exists_message(path)) from None
-        return Claim(path=path, name=candidate, resumed=False, _fd=fd)
+        except OSError:  # a full disk (ENOSPC, EDQUOT): the folder this claim made is not left behind
+            if created:
+                shutil.rmtree(path, ignore_errors=True)
+            raise
+        return Claim(path=path, name=candidate, resumed=False, _fd=fd, created=created, before=before)
     raise SweepFolderError(f"no free sweep folder {logs_root}/{name}-N (N < {_MAX_SUFFIX}); nothing was submitted.")

@@ -52,4 +52,5 @@ class EndedBy(StrEnum):
     PRUNED = "pruned"  # a runtime.pruning rule fired (grpokit.runtime.processes.pruning)
     DISK_FULL = "disk_full"  # a full (or over-quota) run or checkpoint folder: no other node can fix it
     NODE_FAILED = "node_failed"  # a node of the job failed (Slurm's NODE FAILURE, srun's "Node failure on X")
+    RUN_FOLDER_GONE = "run_folder_gone"  # the run folder was deleted or moved while it ran (never written there)
     KILLED = "killed"  # the attempt never closed: found open by the next start (SIGKILL, node failure)

@@ -19,7 +19,8 @@ class Point:
 
     index, name, swept ({key: value}), run_dir: from the manifest. job_id: the Slurm display id to
     ask about (``123`` or ``123_4``), None before submission. status: its status.json's record, None
-    when the job has not written one yet (or it is damaged).
+    when the job has not written one yet (or it is damaged). missing: the run folder is not there
+    (deleted, or moved away): :func:`missing_reason` says so.
     """
 
     index: int
@@ -28,6 +29,7 @@ class Point:
     swept: dict = field(default_factory=dict)
     job_id: str | None = None
     status: PointStatus | None = None
+    missing: bool = False
 
     @property
     def attempts(self) -> tuple[Attempt, ...]:
@@ -47,12 +49,15 @@ class Point:
 
 @dataclass
 class Sweep:
-    """A sweep folder: path, its manifest, its swept keys and points."""
+    """A sweep folder: path, its manifest, its swept keys and points. moved_from: where the manifest
+    says the sweep folder was (its run folders' parent) when it was moved from there to ``path``
+    (the points are then read where they are now; :func:`moved_line` says what to do)."""
 
     path: Path
     manifest: SweepManifest
     swept_keys: list[str]
     points: list[Point]
+    moved_from: Path | None = None
 
     @property
     def name(self) -> str:
@@ -74,11 +79,13 @@ def load_sweep(path: Path | str) -> Sweep:
     """
     path = Path(path)
     manifest = read_manifest(path)
-    points = []
+    points, moved_from = [], None
     for entry in manifest.points:
         run_dir = Path(entry.run_dir)
         if not run_dir.is_absolute():
             run_dir = path / run_dir
+        if not run_dir.is_dir() and (path / run_dir.name).is_dir() and not _same(run_dir.parent, path):
+            moved_from, run_dir = run_dir.parent, path / run_dir.name  # the sweep folder was moved here
         points.append(
             Point(
                 index=entry.index,
@@ -87,7 +94,36 @@ def load_sweep(path: Path | str) -> Sweep:
                 swept=dict(entry.swept),
                 job_id=entry.display_job_id,
                 status=read_status_or_none(run_dir),
+                missing=not run_dir.is_dir(),
             )
         )
     swept_keys = list(manifest.swept_keys or sorted({k for p in points for k in p.swept}))
-    return Sweep(path=path, manifest=manifest, swept_keys=swept_keys, points=sorted(points, key=lambda p: p.index))
+    points.sort(key=lambda p: p.index)
+    return Sweep(path=path, manifest=manifest, swept_keys=swept_keys, points=points, moved_from=moved_from)
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+def moved_line(sweep: Sweep) -> str | None:
+    """One line for a sweep folder moved away from where it was submitted (None when it was not)."""
+    if sweep.moved_from is None:
+        return None
+    old, here = sweep.moved_from, sweep.path
+    return (
+        f"sweep folder {here} was moved here from {old}: its jobs and point.json files still name {old} "
+        f"(a job that starts now fails: Slurm JobLaunchFailure). Move it back (mv {here} {old}), then "
+        f"`grpokit resubmit {old}` resubmits the points that failed"
+    )
+
+
+def missing_reason(point: Point) -> str:
+    """The reason shown for a point whose run folder is not there (deleted, or moved away)."""
+    return (
+        f"run folder {point.run_dir} is missing (deleted or moved away; a running point stops itself): "
+        "move it back to see or resubmit the point; a deleted one can only be trained again in a new sweep"
+    )

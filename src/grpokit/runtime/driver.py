@@ -56,7 +56,15 @@ from grpokit.run_folder import (
 )
 from grpokit.run_folder.metrics import read_jsonl, write_merged
 from grpokit.runtime import compile_cache, control, startup, trackers, trainer_env
-from grpokit.runtime.decisions import checkpoints, completion, disk_full, resubmission, retry, stop_decision
+from grpokit.runtime.decisions import (
+    checkpoints,
+    completion,
+    disk_full,
+    folder_gone,
+    resubmission,
+    retry,
+    stop_decision,
+)
 from grpokit.runtime.decisions.first_error import first_error_in_file
 from grpokit.runtime.decisions.outcome import Exit, Happened, JobFailed, Outcome, decide
 from grpokit.runtime.decisions.resume_from import ResumeRefused, check_world_size, prepare_resume
@@ -121,6 +129,7 @@ class Driver:
         self._retry: retry.Decision | None = None  # a crash retried (runtime.max_retries)
         self._stop_why: str | None = None  # the stop decision's line: why Slurm stopped the attempt
         self._beater: heartbeat.Beater | None = None  # touches <run>/heartbeat.json while the attempt runs
+        self._run_dir_id: folder_gone.Identity = None  # the run folder's (device, inode) at the open
 
     # -- the lifecycle -----------------------------------------------------------------------------
     def run(self) -> int:
@@ -167,6 +176,7 @@ class Driver:
         attempt = status.attempt + 1
         self.attempt_dir = self.folder.attempt(attempt).path
         self._write_run_files()
+        self._run_dir_id = _identity(self.run_dir)  # a later rm -rf or mv of it stops the point (folder_gone)
         self._log.install(AttemptFolder(self.attempt_dir).driver_log)
         self.host.become_subreaper()
         self._install_signals()
@@ -271,11 +281,14 @@ class Driver:
         if self._outcome is not None:
             return self._outcome
         self._stop_parts()
-        happened = dataclasses.replace(happened, disk_full=self._disk_full(happened))
-        self._write_startup()
+        gone = folder_gone.reason(self.run_dir) if self._folder_gone() else None
+        happened = dataclasses.replace(happened, disk_full=self._disk_full(happened), run_folder_gone=gone)
+        if gone is None:
+            self._write_startup()
         outcome = self._outcome = self._decide(happened)
         self._inquiry.close()
-        self._write_status(outcome)
+        if gone is None:  # a run folder deleted or moved is not recreated for status.json
+            self._write_status(outcome)
         if self._beater is not None:
             self._beater.stop()
         in_slurm = self.host.in_slurm()
@@ -343,6 +356,11 @@ class Driver:
             return
         self._beater = heartbeat.Beater(path, beat_s).start()
 
+    def _folder_gone(self) -> bool:
+        """Whether the run folder noted at the open was deleted or moved away since
+        (:mod:`~grpokit.runtime.decisions.folder_gone`)."""
+        return folder_gone.gone(self._run_dir_id, _identity(self.run_dir))
+
     def _disk_full(self, happened: Happened) -> str | None:
         """``disk full writing <path>`` when the attempt's error or a folder it writes to says so."""
         try:
@@ -371,7 +389,8 @@ class Driver:
             return
         self.stop_signal = signum
         self._inquiry.arrived(signum, self.parts.clock())
-        control.request_save(self.ctl, reason=signal.Signals(signum).name)
+        if not self._folder_gone():  # a deleted run folder is not recreated for the request
+            control.request_save(self.ctl, reason=signal.Signals(signum).name)
 
     # -- the run folder ----------------------------------------------------------------------------
     def _write_run_files(self) -> None:
@@ -526,6 +545,10 @@ class Driver:
         timeline_written = False
         while True:
             rc = proc.poll()
+            if self._folder_gone():  # the user took the point away: nothing more is written for it
+                log.warning("%s", folder_gone.reason(self.run_dir))
+                proc.stop(self.grace_s)
+                return proc.wait()
             saved = checkpoints.record_saved(ckpt_dir, saved)  # each save's file sizes, once verl's tracker names it
             if rc is not None:
                 return rc
@@ -705,6 +728,15 @@ class Driver:
             )
         except Exception:
             log.exception("could not write %s", status.path)
+
+
+def _identity(path: Path) -> folder_gone.Identity:
+    """``(st_dev, st_ino)`` of the folder at ``path``; None when the path holds no folder."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 def _last_step(attempt_dir: Path) -> int | None:

@@ -18,15 +18,43 @@ from grpokit.run_folder import RunFolder, read_status_or_none
 from grpokit.run_folder.claim import Claim, folder_state, open_existing
 from grpokit.run_folder.manifest import ManifestPoint, read_manifest, replace_job_ids
 from grpokit.run_folder.point_state import RESUBMITTABLE_STATES, point_state
-from grpokit.run_folder.sweep_reader import load_sweep
+from grpokit.run_folder.sweep_reader import load_sweep, moved_line
 from grpokit.runtime.decisions import resubmission
 from grpokit.slurm.job_states import job_states
+from grpokit.slurm.scancel import scancel
+from grpokit.submit import no_space
 from grpokit.submit.dispatch import run_local, submit_slurm
 
 log = logging.getLogger(__name__)
 
 #: The states resubmitted by default: the ones ``resume=true`` takes again too.
 DEFAULT_STATES = RESUBMITTABLE_STATES
+
+
+class FoldersMissing(Exception):
+    """The sweep folder was moved, or run folders of points to resubmit are gone; one line, what to do."""
+
+
+def check_folders(sweep_dir: Path, chosen: list[tuple[int, str]]) -> None:
+    """Refuse a resubmission that cannot find its points' files (each job reads ``<run>/point.json``).
+
+    Raises:
+        FoldersMissing: the sweep folder was moved from where it was submitted, or a chosen point's
+            run folder is missing (deleted or moved away).
+    """
+    sweep = load_sweep(sweep_dir)
+    moved = moved_line(sweep)
+    if moved:
+        raise FoldersMissing(f"nothing was resubmitted: {moved}")
+    wanted = {i for i, _ in chosen}
+    gone = [p for p in sweep.points if p.index in wanted and p.missing]
+    if gone:
+        names = ", ".join(f"{p.name} ({p.run_dir})" for p in gone)
+        raise FoldersMissing(
+            f"nothing was resubmitted: the run folder of {names} is missing (deleted or moved away) and a "
+            "resubmitted job reads its point.json there; move it back (a deleted point can only be trained again in a "
+            "new sweep)"
+        )
 
 
 def select(sweep_dir: Path, states: tuple[str, ...] = DEFAULT_STATES) -> list[tuple[int, str]]:
@@ -73,32 +101,46 @@ def failed_here(specs: list[PointSpec], codes: list[int]) -> list[str]:
 
 
 def resubmit(sweep_dir: Path, states: tuple[str, ...] = DEFAULT_STATES, dry_run: bool = False) -> Resubmission:
-    """Resubmit the selected points as one job array (or run them here for a local sweep)."""
+    """Resubmit the selected points as one job array (or run them here for a local sweep).
+
+    Raises:
+        FoldersMissing: the sweep folder was moved, or a chosen point's run folder is gone.
+        grpokit.submit.no_space.NoSpace: the disk was full (or over quota) writing the sweep folder;
+            what this resubmission wrote is undone first (``exc.undone`` says what), nothing is queued.
+    """
     sweep_dir = Path(sweep_dir)
     read_manifest(sweep_dir)  # its clear error when the folder is not a sweep folder
     if folder_state(sweep_dir) == "free":
         return []  # a dry run's folder: nothing was submitted there (and it stays free for the real run)
     # Locked like a resume (grpokit.run_folder.claim): two resubmissions never submit a point twice.
     with open_existing(sweep_dir) as claim:
-        return _resubmit_locked(claim, states, dry_run)
+        undo = no_space.Undo.of_claim(claim)
+        try:
+            return _resubmit_locked(claim, states, dry_run, undo)
+        except no_space.NoSpace as exc:  # a full disk: what this resubmission wrote is undone
+            exc.undone = undo.run()
+            exc.free = no_space.free_bytes(exc.folder)
+            raise
 
 
-def _resubmit_locked(claim: Claim, states: tuple[str, ...], dry_run: bool) -> Resubmission:
+def _resubmit_locked(claim: Claim, states: tuple[str, ...], dry_run: bool, undo: no_space.Undo) -> Resubmission:
     sweep_dir = claim.path
     manifest = read_manifest(sweep_dir)
-    chosen = dict(select(sweep_dir, states))
+    picked = select(sweep_dir, states)
+    check_folders(sweep_dir, picked)
+    chosen = dict(picked)
     entries = [p for p in manifest.points if p.index in chosen]
     if not entries or dry_run:
         return Resubmission(entries)
     specs = [PointSpec.from_json(RunFolder(p.run_dir).point.read_text()) for p in entries]
-    _, changed = submit_again(claim, specs, chosen, how="resubmit")
+    _, changed = submit_again(claim, specs, chosen, how="resubmit", undo=undo)
     if specs[0].cluster.kind != "slurm":
         return Resubmission(changed, failed_here(specs, run_local(specs)))
     return Resubmission(changed)
 
 
 def submit_again(
-    claim: Claim, specs: list[PointSpec], replaced: dict[int, str], *, how: str
+    claim: Claim, specs: list[PointSpec], replaced: dict[int, str], *, how: str, undo: no_space.Undo | None = None
 ) -> tuple[list[str | None], list[ManifestPoint]]:
     """Submit points of an existing sweep again: the one path of ``resume=true`` and ``grpokit resubmit``.
 
@@ -114,19 +156,37 @@ def submit_again(
         specs: the points, in the order submitted.
         replaced: ``{point index: the state it is resubmitted from}`` for every point of ``specs``.
         how: ``"resume"`` or ``"resubmit"`` (the submissions.jsonl kind).
+        undo: told each ``resubmit.json`` before it is written, so a full disk puts them back.
 
     Returns:
         Each point's new Slurm id (None for a local sweep), and the manifest entries changed.
+
+    Raises:
+        grpokit.submit.no_space.NoSpace: a write found the disk full; jobs already queued are cancelled.
     """
     sweep_dir = claim.path
-    for spec in specs:
-        resubmission.request(Path(spec.run_dir))
+    undo = undo or no_space.Undo()
+    with no_space.writing(sweep_dir, f"resubmit.json of {len(specs)} point(s)", no_space.BLOCK * len(specs)):
+        for spec in specs:
+            undo.keep(RunFolder(spec.run_dir).resubmit)
+            resubmission.request(Path(spec.run_dir))
     if specs[0].cluster.kind == "slurm":
-        job_ids: list[str | None] = list(submit_slurm(sweep_dir, specs, specs[0].cluster))
+        spec_bytes = sum(no_space.BLOCK + len(s.to_json()) for s in specs)
+        with no_space.writing(sweep_dir, "submitit's job files (submitit/)", spec_bytes):
+            job_ids: list[str | None] = list(submit_slurm(sweep_dir, specs, specs[0].cluster))
     else:
         job_ids = [None] * len(specs)
     manifest = read_manifest(sweep_dir)
     changed = replace_job_ids(manifest, {s.index: (j, replaced[s.index]) for s, j in zip(specs, job_ids, strict=True)})
-    manifest.write(sweep_dir)
-    claim.record(how, [s.name for s in specs], job_ids, replaced={s.name: replaced[s.index] for s in specs})
+    undo.keep(sweep_dir / "manifest.json")
+    try:
+        with no_space.writing(sweep_dir, "manifest.json", (sweep_dir / "manifest.json").stat().st_size):
+            manifest.write(sweep_dir)
+        with no_space.writing(sweep_dir, "submissions.jsonl", no_space.BLOCK):
+            claim.record(how, [s.name for s in specs], job_ids, replaced={s.name: replaced[s.index] for s in specs})
+    except no_space.NoSpace as exc:  # the jobs are queued but unrecorded: cancelled (the manifest is unchanged)
+        said = scancel([str(j) for j in job_ids if j])
+        if any(job_ids):
+            exc.what += "; its new jobs were cancelled" if said is None else f"; scancel: {said}"
+        raise
     return job_ids, changed

@@ -104,6 +104,14 @@ def take(sweep_dir: Path, package_src: Path | None = None) -> dict[str, Any]:
     return info(sweep_dir)
 
 
+def estimate(package_src: Path | None = None) -> int:
+    """About the bytes :func:`take` writes: the files under the package's ``src`` folder (a block
+    each at least; ``__pycache__`` left out), for the line a full disk leaves."""
+    from grpokit.submit.no_space import tree_size
+
+    return tree_size(Path(package_src) if package_src else Path(grpokit.__file__).resolve().parent.parent)
+
+
 def _installed_version() -> str:
     from importlib import metadata
 

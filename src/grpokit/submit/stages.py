@@ -4,6 +4,7 @@ sweep folder (grpokit.run_folder.claim) -> dry run | submit one Slurm array | ru
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
@@ -28,7 +29,8 @@ from grpokit.run_folder.claim import (
 )
 from grpokit.run_folder.claim import claim as claim_folder
 from grpokit.run_folder.manifest import read_manifest, write_manifest
-from grpokit.submit import chain, halving, halving_controller, repeats, snapshot
+from grpokit.slurm.scancel import scancel
+from grpokit.submit import chain, halving, halving_controller, no_space, repeats, snapshot
 from grpokit.submit import sweep_resume as resume_mod
 from grpokit.submit.dispatch import arrays_phrase, check_picklable, run_local, submit_slurm, write_dry_run
 from grpokit.submit.dry_run_summary import dry_run_summary
@@ -133,21 +135,48 @@ def launch_sweep(
         for repeat in repeats.earlier_sweeps(opts["logs_root"], meta["experiment"], [s.kit_overrides for s in specs]):
             print(f"note: {repeat.note(len(specs))}")
     try:
-        claim = claim_folder(opts["logs_root"], opts["name"], generated=opts["generated"], resume=opts["resume"])
+        with no_space.writing(opts["logs_root"], "the sweep folder and its submissions.jsonl", 2 * no_space.BLOCK):
+            claim = claim_folder(opts["logs_root"], opts["name"], generated=opts["generated"], resume=opts["resume"])
     except SweepFolderError as exc:
         _refuse(str(exc))
+    except no_space.NoSpace as exc:  # the claim removed the folder it made
+        _refuse(_no_space_line(exc, opts, "nothing was left behind"))
+    undo = no_space.Undo.of_claim(claim)
     with claim:
-        if claim.name != opts["name"]:  # the generated name was taken (same second): the next free one
-            specs = rebuild(claim.name)
+        try:
+            return _submit_claimed(claim, undo, first, opts, specs, cluster, meta, chained, plan, rebuild)
+        except no_space.NoSpace as exc:
+            undone = undo.run()
+            exc.free = no_space.free_bytes(exc.folder)  # what the user has once this command's files are gone
+            _refuse(_no_space_line(exc, opts, undone))
+
+
+def _no_space_line(exc: no_space.NoSpace, opts: dict[str, Any], undone: str) -> str:
+    """The one line a full disk during the sweep command leaves (what, where, the space, the fix)."""
+    name = f"sweep_name={opts['name']} is free to use again" if not opts["resume"] else "the sweep is as it was"
+    return (
+        f"{exc.describe()}; nothing was submitted ({undone}; {name}). Free at least {no_space.human(exc.needed)} "
+        f"under {opts['logs_root']} (or choose another logs_root=) and run the same command again."
+    )
+
+
+def _submit_claimed(claim: Claim, undo: no_space.Undo, first, opts, specs, cluster, meta, chained, plan, rebuild):
+    """The claimed folder's steps: chain plan, snapshot, point files, manifest, submission (a full
+    disk in any of them raises :class:`grpokit.submit.no_space.NoSpace`; ``undo`` knows what they wrote)."""
+    if claim.name != opts["name"]:  # the generated name was taken (same second): the next free one
+        specs = rebuild(claim.name)
+    undo.keep(claim.path / "chain.json")
+    with no_space.writing(claim.path, "chain.json", no_space.BLOCK):
         chain.record_plan(claim.path, chained)  # before submission: submit_slurm chains each point
-        if claim.resumed:
-            return resume_sweep(claim, specs, cluster, wait=opts["wait"])
-        if cluster.kind == "slurm" and not first.get("use_live_code", False):
+    if claim.resumed:
+        return resume_sweep(claim, specs, cluster, wait=opts["wait"], undo=undo)
+    if cluster.kind == "slurm" and not first.get("use_live_code", False):
+        with no_space.writing(claim.path, "the code snapshot (code/)", snapshot.estimate()):
             snapshot.take(claim.path)  # the code every attempt of every point runs (grpokit.submit.snapshot)
-        returns = submit_new(claim, specs, cluster, meta, wait=opts["wait"])
-        if plan is not None:
-            halving_controller.start(claim.path, specs, plan)  # the controller job that continues the best points
-        return returns
+    returns = submit_new(claim, specs, cluster, meta, wait=opts["wait"])
+    if plan is not None:
+        halving_controller.start(claim.path, specs, plan)  # the controller job that continues the best points
+    return returns
 
 
 def dry_run(opts: dict[str, Any], specs: list[PointSpec], cluster: dict[str, Any], meta: dict, rebuild):
@@ -196,30 +225,55 @@ def _write_point_files(specs: list[PointSpec]) -> None:
         RunFolder(spec.run_dir).point.write_text(spec.to_json())
 
 
+def _manifest_bytes(specs: list[PointSpec]) -> int:
+    """About the size of ``manifest.json`` for these points (each entry repeats its overrides)."""
+    return no_space.BLOCK + sum(len(s.to_json()) // 2 for s in specs)
+
+
+@contextlib.contextmanager
+def _cancelled_when_full(job_ids: list[str | None]):
+    """A full disk after the jobs were queued: they are cancelled (the folder they would run in is
+    then undone), and the line says so; a failed ``scancel`` is named."""
+    try:
+        yield
+    except no_space.NoSpace as exc:
+        said = scancel([str(j) for j in job_ids if j])
+        exc.what += f"; its jobs {arrays_phrase(job_ids)} were cancelled" if said is None else f"; scancel: {said}"
+        raise
+
+
 def submit_new(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], meta: dict, *, wait: bool):
     """A new sweep in a folder just claimed: point files, manifest, one array (or local runs)."""
     global submitting_into
     sweep_dir = claim.path
     names = [s.name for s in specs]
     submitting_into = sweep_dir
-    _write_point_files(specs)
+    spec_bytes = sum(no_space.BLOCK + len(s.to_json()) for s in specs)
+    with no_space.writing(sweep_dir, f"the point folders ({len(specs)} point.json)", spec_bytes + no_space.BLOCK):
+        _write_point_files(specs)
     # The manifest exists before the jobs do: a sweep command killed mid-submission leaves its
     # points (and run folders) findable; the Slurm ids are filled in right after.
-    write_manifest(sweep_dir, specs, [None] * len(specs), **meta)
+    with no_space.writing(sweep_dir, "manifest.json", _manifest_bytes(specs)):
+        write_manifest(sweep_dir, specs, [None] * len(specs), **meta)
     if cluster.kind == "slurm":
         before = attempt_counts(specs)
         # a refused submission leaves nothing queued and, when nothing was, no folder (submit_slurm)
-        job_ids = submit_slurm(sweep_dir, specs, cluster)
-        write_manifest(sweep_dir, specs, job_ids, **meta)
-        snapshot.record(sweep_dir)  # the commit the jobs run (null: use_live_code)
-        claim.record("new", names, job_ids)
+        with no_space.writing(sweep_dir, "submitit's job files (submitit/)", spec_bytes + 2 * no_space.BLOCK):
+            job_ids = submit_slurm(sweep_dir, specs, cluster)
+        with _cancelled_when_full(job_ids):  # the jobs are queued: a full disk now cancels them
+            with no_space.writing(sweep_dir, "manifest.json", _manifest_bytes(specs)):
+                write_manifest(sweep_dir, specs, job_ids, **meta)
+                snapshot.record(sweep_dir)  # the commit the jobs run (null: use_live_code)
+            with no_space.writing(sweep_dir, "submissions.jsonl", no_space.BLOCK):
+                claim.record("new", names, job_ids)
         claim.release()
         print(f"submitted {len(specs)} point(s) as {arrays_phrase(job_ids)}; sweep folder {sweep_dir}")
         print(f"  watch: {kit_command('status', f'{sweep_dir} --watch')}")
         if wait:
             _wait(specs, job_ids, before)
         return [_job_return(s, j) for s, j in zip(specs, job_ids, strict=True)]
-    claim.record("new", names, [None] * len(specs))
+    with no_space.writing(sweep_dir, "submissions.jsonl", no_space.BLOCK):
+        claim.record("new", names, [None] * len(specs))
     claim.release()
     codes = run_local(specs)
     print(f"ran {len(specs)} point(s) locally; sweep folder {sweep_dir}")
@@ -227,8 +281,9 @@ def submit_new(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], me
     return [_job_return(s, c) for s, c in zip(specs, codes, strict=True)]
 
 
-def resume_sweep(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], *, wait: bool):
-    """``resume=true``: same settings (else refused), resubmit only the points not completed/queued/running."""
+def resume_sweep(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], *, wait: bool, undo=None):
+    """``resume=true``: same settings (else refused), resubmit only the points not completed/queued/running.
+    ``undo``: what a full disk undoes (:class:`grpokit.submit.no_space.Undo`)."""
     sweep_dir = claim.path
     _check_resume(sweep_dir, specs)
     states = resume_mod.point_states(sweep_dir)
@@ -244,7 +299,7 @@ def resume_sweep(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], 
     global submitting_into
     submitting_into = sweep_dir
     before = attempt_counts(todo)
-    job_ids, _ = submit_again(claim, todo, chosen, how="resume")
+    job_ids, _ = submit_again(claim, todo, chosen, how="resume", undo=undo)
     claim.release()
     what = ", ".join(f"{s.name} ({chosen[s.index]})" for s in todo)
     if cluster.kind != "slurm":

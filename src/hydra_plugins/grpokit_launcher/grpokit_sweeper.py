@@ -7,11 +7,19 @@ launcher that check is its first step: it composes the first point fully and the
 Hydra's override step (:func:`grpokit.submit.points.point_loader`), and refuses the whole batch, before
 anything is written or submitted, when one point does not compose. With any other launcher this
 sweeper is Hydra's basic sweeper unchanged.
+
+Hydra's own record of the command (``<logs_root>/.hydra/multirun.yaml``) is written before the
+launcher runs: a full disk there (ENOSPC, EDQUOT) ends the command with one line, nothing written
+by the kit and nothing submitted.
 """
 
 from __future__ import annotations
 
+import errno
+import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 
@@ -25,3 +33,29 @@ class GrpokitSweeper(BasicSweeper):
         if isinstance(self.launcher, GrpokitLauncher):
             return  # the launcher composes (and so checks) every point before it does anything else
         super().validate_batch_is_legal(batch)
+
+    def sweep(self, arguments: list[str]) -> Any:
+        try:
+            return super().sweep(arguments)
+        except OSError as exc:  # the kit's own writes say a full disk themselves (grpokit.submit.no_space)
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            print(self._full_disk_line(exc), file=sys.stderr)
+            raise SystemExit(2) from None
+
+    def _full_disk_line(self, exc: OSError) -> str:
+        from omegaconf import OmegaConf
+
+        from grpokit.submit.no_space import free_bytes, human
+
+        where = Path(str(self.config.hydra.sweep.dir))
+        try:
+            needed: int | None = len(OmegaConf.to_yaml(self.config).encode())
+        except Exception:
+            needed = None
+        return (
+            f"{exc.strerror} writing Hydra's record of the command ({where / 'multirun.yaml'}; about "
+            f"{human(needed)} needed, {human(free_bytes(where))} free); nothing was written to a sweep folder "
+            f"and nothing was submitted. Free space under {where.parent} (or choose another logs_root=) "
+            "and run the same command again."
+        )

@@ -33,6 +33,10 @@ A full run or checkpoint folder (``Happened.disk_full``) overrides every row but
 ``skipped_no_gpu`` and a requeue whose checkpoint was written: ``failed``, ``ended_by: disk_full``,
 ``disk full writing <path>``.
 
+A run folder deleted or moved while the attempt ran (``Happened.run_folder_gone``,
+:mod:`grpokit.runtime.decisions.folder_gone`) overrides every row: ``cancelled``, ``ended_by:
+run_folder_gone``, never requeued nor retried (the user took the point away; nothing is recreated).
+
 A trainer that ends by itself keeps its own outcome even when a stop signal came meanwhile (the
 target step reached during the warning's lead is ``completed``, not ``requeued``).
 """
@@ -44,6 +48,7 @@ import enum
 from pathlib import Path
 
 from grpokit import procs
+from grpokit.runtime.decisions import folder_gone
 from grpokit.runtime.decisions.completion import Completion
 from grpokit.runtime.decisions.first_error import first_error_in_file
 from grpokit.runtime.decisions.start_errors import RayStartError, SidecarError
@@ -122,6 +127,8 @@ class Happened:
     disk_full: ``disk full writing <path>`` when a folder the attempt writes to is full
     (:func:`grpokit.runtime.decisions.disk_full.cause`). node_failure: ``node <name> failed`` when Slurm's or
     srun's lines in the job's stderr or the attempt's Ray logs say a node of the job failed.
+    run_folder_gone: the reason (:func:`grpokit.runtime.decisions.folder_gone.reason`) when the run
+    folder was deleted or moved while the attempt ran.
     """
 
     error: BaseException | None = None
@@ -135,6 +142,7 @@ class Happened:
     verl_cmd: Path | None = None
     disk_full: str | None = None
     node_failure: str | None = None
+    run_folder_gone: str | None = None
 
 
 def _stopped(stop: StopDecision, reason: str, trainer_exit: int | None = None) -> Outcome:
@@ -152,6 +160,8 @@ def decide(happened: Happened, *, signal_name: str | None = None, stop: StopDeci
         stop: the stop decision for that signal (None when none came).
     """
     outcome = _decide(happened, signal_name=signal_name, stop=stop)
+    if happened.run_folder_gone:  # the user took the point away: stopped, nothing retried or requeued
+        return Outcome("cancelled", folder_gone.ENDED_BY, happened.run_folder_gone, outcome.trainer_exit)
     if happened.node_failure and outcome.state not in ("completed", "skipped_no_gpu"):
         return _node_failed(happened, outcome, stop)
     saved = outcome.state == "requeued" and happened.saved_step is not None  # its checkpoint was written

@@ -1,0 +1,145 @@
+"""A verl launch script read without running it (grpokit.config.verl_script; issue 34, step 1).
+
+The scripts below have the forms of verl's published ones (verl-project/verl, formerly
+volcengine/verl: ``examples/grpo_trainer/run_qwen2-7b.sh`` at 03aefba4, and
+``run_qwen2-7b_math_megatron.sh`` at 3f388066: ``set -x``, variables, a conditional block, a list
+of files in double quotes around single quotes, ``--config-name`` with its ``.yaml``, line
+continuations, ``$@``), shortened; the reading is compared with what bash passes to Python, asked
+of bash itself with ``python3`` replaced by a printer of its arguments.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from grpokit.config.verl_script import ScriptError, read_script
+
+GRPO = textwrap.dedent(
+    """\
+    set -x
+
+    python3 -m verl.trainer.main_ppo \\
+        data.train_files=$HOME/data/gsm8k/train.parquet \\
+        data.val_files=$HOME/data/gsm8k/test.parquet \\
+        data.train_batch_size=1024 \\
+        actor_rollout_ref.actor.optim.lr=1e-6 \\
+        actor_rollout_ref.rollout.tensor_model_parallel_size=2 \\
+        actor_rollout_ref.rollout.n=5 \\
+        trainer.logger=['console','wandb'] \\
+        trainer.project_name='verl_grpo_example_gsm8k' \\
+        trainer.n_gpus_per_node=8 \\
+        trainer.total_epochs=15 $@
+    """
+)
+
+MEGATRON = textwrap.dedent(
+    """\
+    set -x
+    export CUDA_DEVICE_MAX_CONNECTIONS=1 # For megatron communication/computation overlapping
+
+    rollout_mode="async"
+    if [ "$rollout_mode" = "async" ]; then
+        return_raw_chat="True"
+    fi
+    gsm8k_train_path=$HOME/data/gsm8k/train.parquet
+    math_train_path=$HOME/data/math/train.parquet
+    train_files="['$gsm8k_train_path', '$math_train_path']"
+    LR=${LR:-1e-6}
+
+    python3 -m verl.trainer.main_ppo --config-path=config \\
+        --config-name='ppo_megatron_trainer.yaml'\\
+        algorithm.adv_estimator=grpo \\
+        data.train_files="$train_files" \\
+        data.return_raw_chat=$return_raw_chat \\
+        actor_rollout_ref.actor.optim.lr=$LR \\
+        actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2 \\
+        actor_rollout_ref.rollout.mode=$rollout_mode \\
+        trainer.experiment_name='qwen2_7b_megatron' \\
+        trainer.total_epochs=15 $@
+    """
+)
+
+
+def write(tmp_path: Path, text: str, name: str = "run.sh") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def as_bash_runs_it(script: Path, environ: dict[str, str]) -> list[str]:
+    """The arguments bash hands to ``python3 -m ...`` (python3 replaced by a printer of them)."""
+    shim = script.parent / "bin"
+    shim.mkdir(exist_ok=True)
+    printer = shim / "python3"
+    printer.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done\n')
+    printer.chmod(0o755)
+    out = subprocess.run(
+        ["bash", str(script)],
+        env={**environ, "PATH": f"{shim}:{os.environ['PATH']}"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return out.stdout.splitlines()
+
+
+def test_a_grpo_script_reads_as_bash_passes_it(tmp_path):
+    script = write(tmp_path, GRPO)
+    env = {"HOME": "/home/me"}
+    got = read_script(script, env)
+    assert got.module == "verl.trainer.main_ppo" and got.config_name is None and got.config_path is None
+    assert got.source == f"{script}:3"
+    assert ["-m", got.module, *got.overrides] == as_bash_runs_it(script, env)
+    assert "trainer.logger=[console,wandb]" in got.overrides  # bash removed the quotes, as verl gets it
+
+
+def test_a_megatron_script_with_a_conditional_needs_its_value_named(tmp_path):
+    script = write(tmp_path, MEGATRON)
+    with pytest.raises(ScriptError) as refused:
+        read_script(script, {"HOME": "/h"})
+    assert str(refused.value) == (
+        f"{script}:13: $return_raw_chat is set inside an if/case/for block at {script}:6, which the kit "
+        "does not evaluate: export return_raw_chat=... before the sweep command"
+    )
+    env = {"HOME": "/h", "return_raw_chat": "True", "LR": "3e-6"}
+    got = read_script(script, env)
+    assert (got.config_path, got.config_name) == ("config", "ppo_megatron_trainer.yaml")
+    bash = [a for a in as_bash_runs_it(script, env) if not a.startswith("--config")]
+    assert ["-m", got.module, *got.overrides] == bash
+    assert "data.train_files=['/h/data/gsm8k/train.parquet', '/h/data/math/train.parquet']" in got.overrides
+    assert "actor_rollout_ref.actor.optim.lr=3e-6" in got.overrides  # ${LR:-1e-6}: the caller's value wins
+    assert got.variables["rollout_mode"] == "async"
+    del env["LR"]
+    assert "actor_rollout_ref.actor.optim.lr=1e-6" in read_script(script, env).overrides
+
+
+def test_what_the_kit_would_have_to_run_is_one_line_naming_it(tmp_path):
+    script = write(
+        tmp_path, "NGPU=$(nvidia-smi -L | wc -l)\npython3 -m verl.trainer.main_ppo trainer.n_gpus_per_node=$NGPU\n"
+    )
+    with pytest.raises(ScriptError, match=r"run\.sh:2: \$NGPU is set by a command the kit does not run.*export NGPU="):
+        read_script(script, {})
+    assert read_script(script, {"NGPU": "4"}).overrides == ("trainer.n_gpus_per_node=4",)
+    unset = write(tmp_path, "python3 -m verl.trainer.main_ppo data.train_files=$DATA/train.parquet\n", "u.sh")
+    with pytest.raises(ScriptError, match=r"u\.sh:1: \$DATA has no value .*export DATA="):
+        read_script(unset, {})
+    none = write(tmp_path, "echo training\n", "n.sh")
+    with pytest.raises(ScriptError, match=r"no `python -m <module> \.\.\.` command"):
+        read_script(none, {})
+
+
+def test_single_quotes_keep_dollars_and_a_recipe_entry_is_read(tmp_path):
+    script = write(
+        tmp_path,
+        "python3 -m recipe.dapo.main_dapo \\\n  +trainer.note='cost $5' \\\n  data.gen_batch_size=${GEN:-96}\n",
+    )
+    got = read_script(script, {})
+    assert got.module == "recipe.dapo.main_dapo"
+    assert got.overrides == ("+trainer.note=cost $5", "data.gen_batch_size=96")
+    assert ["-m", got.module, *got.overrides] == as_bash_runs_it(script, {})

@@ -191,7 +191,7 @@ def test_a_mistyped_experiment_is_one_line_with_the_real_choices_exit_2(tmp_path
     problems = [line for line in run.stderr.splitlines() if line.startswith("[all points]")]
     assert problems == [
         "[all points] experiment: no experiment 'gsm8k_grop' (choices: gsm8k_grpo, length_grpo, memalpha_grpo, "
-        "memalpha_grpo_full, tool_memory_grpo); fix: did you mean experiment=gsm8k_grpo?"
+        "memalpha_grpo_full, tool_memory_grpo, verl_script); fix: did you mean experiment=gsm8k_grpo?"
     ], run.stderr
     assert (
         " _grpo" not in run.stderr

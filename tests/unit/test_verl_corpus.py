@@ -112,10 +112,16 @@ def kit_verdict(argv: list[str]) -> list[Problem]:
 
 @pytest.fixture(autouse=True)
 def own_notes(monkeypatch):
-    """Notes said here (once per process) are not taken from later tests that expect to see them."""
+    """Notes said here (once per process) are not taken from later tests that expect to see them.
+
+    The scripts log to W&B online (``trainer.logger=['console','wandb']``): a user who runs them has
+    a W&B key (``wandb login``), which the kit checks before submission (grpokit.validate.job_needs);
+    the key is set here as that user's environment has it.
+    """
     from grpokit import problems
 
     monkeypatch.setattr(problems, "_SAID", set())
+    monkeypatch.setenv("WANDB_API_KEY", "a-users-key")
 
 
 @pytest.fixture(scope="module")

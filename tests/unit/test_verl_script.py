@@ -143,3 +143,125 @@ def test_single_quotes_keep_dollars_and_a_recipe_entry_is_read(tmp_path):
     assert got.module == "recipe.dapo.main_dapo"
     assert got.overrides == ("+trainer.note=cost $5", "data.gen_batch_size=96")
     assert ["-m", got.module, *got.overrides] == as_bash_runs_it(script, {})
+
+
+# --- verl_script= on the sweep command -------------------------------------------------------------
+
+
+def script_of(tmp_path: Path, tiny_model_dir: Path, gsm8k_dir: Path, body: str, name: str = "run.sh") -> Path:
+    """A launch script in the published form on the tiny model and the prepared GSM8K."""
+    return write(
+        tmp_path,
+        "set -x\n"
+        f"DATA=${{DATA:-{gsm8k_dir}}}\n"
+        "python3 -m verl.trainer.main_ppo \\\n"
+        "    data.train_files=$DATA/train.parquet \\\n"
+        "    data.val_files=$DATA/test.parquet \\\n"
+        f"    actor_rollout_ref.model.path={tiny_model_dir} \\\n" + body + " $@\n",
+        name,
+    )
+
+
+GRPO_BODY = """\
+    algorithm.adv_estimator=grpo \\
+    data.train_batch_size=16 \\
+    data.max_response_length=256 \\
+    actor_rollout_ref.actor.ppo_mini_batch_size=8 \\
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2 \\
+    actor_rollout_ref.actor.use_kl_loss=True \\
+    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2 \\
+    actor_rollout_ref.rollout.tensor_model_parallel_size=2 \\
+    actor_rollout_ref.rollout.name=vllm \\
+    actor_rollout_ref.rollout.n=5 \\
+    actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2 \\
+    trainer.logger=['console'] \\
+    trainer.n_gpus_per_node=2 \\
+    trainer.nnodes=1 \\
+    trainer.total_epochs=15"""
+
+PPO_BODY = """\
+    data.train_batch_size=16 \\
+    data.max_response_length=256 \\
+    actor_rollout_ref.actor.ppo_mini_batch_size=8 \\
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2 \\
+    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2 \\
+    actor_rollout_ref.rollout.tensor_model_parallel_size=1 \\
+    actor_rollout_ref.rollout.name=vllm \\
+    actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2 \\
+    critic.optim.lr=1e-5 \\
+    critic.model.path=$CRITIC \\
+    critic.ppo_micro_batch_size_per_gpu=2 \\
+    trainer.logger=['console'] \\
+    trainer.n_gpus_per_node=1 \\
+    trainer.total_epochs=2"""
+
+
+def commands_of(dry_run_md: Path) -> list[str]:
+    """Each point's verl command in dry_run.md (the lines after `-m`, joined)."""
+    blocks = dry_run_md.read_text().split("verl.trainer.main_ppo \\\n")[1:]
+    return [" ".join(line.strip(" \\") for line in b.split("```")[0].splitlines()) for b in blocks]
+
+
+def test_a_grpo_script_runs_as_written_with_an_lr_axis_on_top(kit, tmp_path, tiny_model_dir, gsm8k_dir):
+    script = script_of(tmp_path, tiny_model_dir, gsm8k_dir, GRPO_BODY)
+    out = kit.run(
+        "sweep.py",
+        [
+            "-m",
+            f"verl_script={script}",
+            "verl.actor_rollout_ref.actor.optim.lr=1e-6,3e-6",
+            "dry_run=true",
+            f"logs_root={tmp_path / 'logs'}",
+            "sweep_name=script",
+        ],
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"verl_script={script}: 18 setting(s) of verl.trainer.main_ppo from {script}:3" in out.stderr
+    assert "experiment=verl_script hardware=none cluster.nodes=1 cluster.gpus_per_node=2" in out.stderr
+    dry = tmp_path / "logs" / "script" / "dry_run.md"
+    first, second = commands_of(dry)
+    for command in (first, second):
+        for setting in (
+            "actor_rollout_ref.rollout.n=5",
+            "data.train_batch_size=16",
+            "trainer.total_epochs=15",
+            "actor_rollout_ref.actor.use_kl_loss=true",
+            "trainer.n_gpus_per_node=2",
+        ):
+            assert setting in command, (setting, command)
+        # no value of the kit's presets (gsm8k_grpo: 48 steps, n 8, KL 0.01; consumer_24gb: offload)
+        for preset in ("total_training_steps", "rollout.n=8", "kl_loss_coef", "param_offload", "train_max_samples"):
+            assert preset not in command, (preset, command)
+    assert "actor_rollout_ref.actor.optim.lr=3e-06" in second and "optim.lr=3e-06" not in first
+    assert "verl_script: the kit adds trainer.default_local_dir" in dry.read_text()
+
+
+def test_a_ppo_script_keeps_its_estimator_and_its_critic(kit, tmp_path, tiny_model_dir, gsm8k_dir):
+    script = script_of(tmp_path, tiny_model_dir, gsm8k_dir, PPO_BODY)
+    out = kit.run(
+        "sweep.py",
+        [f"verl_script={script}", "dry_run=true", f"logs_root={tmp_path / 'logs'}", "sweep_name=ppo"],
+        env={"CRITIC": str(tiny_model_dir)},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    (command,) = commands_of(tmp_path / "logs" / "ppo" / "dry_run.md")
+    assert "algorithm.adv_estimator" not in command  # verl's default, gae, as the script leaves it
+    assert f"critic.model.path={tiny_model_dir}" in command and "critic.ppo_micro_batch_size_per_gpu=2" in command
+
+
+def test_a_megatron_or_recipe_script_is_refused_in_one_line(kit, tmp_path, tiny_model_dir, gsm8k_dir):
+    megatron = write(
+        tmp_path,
+        "python3 -m verl.trainer.main_ppo --config-path=config --config-name='ppo_megatron_trainer.yaml' \\\n"
+        "  actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2\n",
+        "meg.sh",
+    )
+    out = kit.run("sweep.py", [f"verl_script={megatron}", "dry_run=true", f"logs_root={tmp_path / 'logs'}"])
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip() == (
+        f"error: verl_script={megatron}: --config-name=ppo_megatron_trainer.yaml ({megatron}:1); the kit composes "
+        "verl's ppo_trainer config only (Megatron's ppo_megatron_trainer is not supported yet): use an FSDP script"
+    )
+    recipe = write(tmp_path, "python3 -m recipe.dapo.main_dapo data.gen_batch_size=96\n", "dapo.sh")
+    out = kit.run("sweep.py", [f"verl_script={recipe}", "dry_run=true", f"logs_root={tmp_path / 'logs'}"])
+    assert out.returncode == 2 and "its entry is recipe.dapo.main_dapo" in out.stderr

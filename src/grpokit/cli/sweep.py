@@ -13,6 +13,7 @@ and resubmit.py.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 
 import hydra
@@ -69,14 +70,23 @@ def mode_without_composing():
 def preflight(argv: list[str]) -> list[str]:
     """Check the command line before Hydra composes anything; returns the argv to hand to Hydra.
 
+    ``verl_script=<file>`` becomes the script's settings (:func:`grpokit.config.verl_script.expand_argv`).
     Misspelt keys (verl's and the kit's) get "did you mean ...", wrong types and negative sizes are
     refused on the key typed, and ``+key`` for a key the kit already sets becomes an update.
     Exits 2 with one line per problem.
     """
+    from grpokit.config.verl_script import ScriptError, expand_argv
     from grpokit.validate import SweepValidationError
     from grpokit.validate.command_line import check
     from grpokit.validate.group_choices import group_problems
 
+    try:  # verl_script=<file>: the script's settings first (grpokit.config.verl_script)
+        argv, said = expand_argv(argv, os.environ)
+    except ScriptError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    for line in said:
+        print(line, file=sys.stderr)
     argv, problems = check(argv)
     problems = [*group_problems(argv), *problems]  # experiment=<typo>: the real choices, not Hydra's dump
     if problems:

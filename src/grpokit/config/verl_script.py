@@ -231,3 +231,74 @@ def _protect_single_quoted(line: str) -> str:
 
 def _restore(word: str) -> str:
     return word.replace(_SQ, "$")
+
+
+#: The config names the kit composes (verl's ``ppo_trainer``; its ``.yaml`` may be written).
+COMPOSED_CONFIGS = (None, "ppo_trainer")
+#: The entry module the kit runs as the trainer.
+MAIN_PPO = "verl.trainer.main_ppo"
+
+
+def _key(override: str) -> str:
+    """The key of a Hydra override (``+a.b=1`` -> ``a.b``, ``~a.b`` -> ``a.b``)."""
+    return override.lstrip("+~").split("=", 1)[0]
+
+
+def _as_kit(override: str) -> str:
+    """A verl override as the kit's command line spells it (``+a=1`` -> ``+verl.a=1``)."""
+    prefix = override[: len(override) - len(override.lstrip("+~"))]
+    return f"{prefix}verl.{override[len(prefix) :]}"
+
+
+def expand_argv(argv: list[str], environ: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """The sweep command's ``argv`` with ``verl_script=<file>`` turned into the script's settings.
+
+    Returns ``(argv, lines)``: the script's overrides as ``verl.<key>`` (first, so that the command's
+    own keys and axes come after them; a key the command sets itself is left out of the script's),
+    ``experiment=verl_script`` and ``hardware=none`` unless the command names an experiment or a
+    hardware profile, and the script's ``trainer.nnodes`` / ``trainer.n_gpus_per_node`` as the job's
+    shape (``cluster.nodes`` / ``cluster.gpus_per_node``) unless the command sets it; ``lines``:
+    what was taken from where, for the terminal. ``argv`` unchanged when it names no script.
+
+    Raises:
+        ScriptError: the script cannot be read (:func:`read_script`), its entry is not verl's
+            ``main_ppo`` or its config is not ``ppo_trainer`` (what the kit composes), one line each.
+    """
+    given = [a for a in argv if a.split("=", 1)[0].lstrip("+") == "verl_script"]
+    if not given:
+        return argv, []
+    path = Path(given[-1].split("=", 1)[1]).expanduser()
+    inv = read_script(path, environ)
+    if inv.module != MAIN_PPO:
+        raise ScriptError(
+            f"verl_script={path}: its entry is {inv.module} ({inv.source}); the kit runs verl's "
+            f"{MAIN_PPO} only (a recipe's own trainer is not supported): use a main_ppo script"
+        )
+    name = (inv.config_name or "").removesuffix(".yaml") or None
+    if name not in COMPOSED_CONFIGS:
+        raise ScriptError(
+            f"verl_script={path}: --config-name={inv.config_name} ({inv.source}); the kit composes verl's "
+            "ppo_trainer config only (Megatron's ppo_megatron_trainer is not supported yet): use an FSDP script"
+        )
+    typed = {_key(a) for a in argv if "=" in a or a.startswith("~")}
+    kept = [o for o in inv.overrides if f"verl.{_key(o)}" not in typed]
+    won = [_key(o) for o in inv.overrides if f"verl.{_key(o)}" in typed]
+    extra = []
+    if not any(a.startswith("experiment=") for a in argv):
+        extra.append("experiment=verl_script")
+    if not any(a.startswith("hardware=") for a in argv):
+        extra.append("hardware=none")
+    values = {_key(o): o.split("=", 1)[1] for o in inv.overrides if "=" in o}
+    for verl_key, kit_key in (
+        ("trainer.nnodes", "cluster.nodes"),
+        ("trainer.n_gpus_per_node", "cluster.gpus_per_node"),
+    ):
+        if verl_key in values and kit_key not in typed and f"verl.{verl_key}" not in typed:
+            extra.append(f"{kit_key}={values[verl_key]}")
+    lines = [
+        f"verl_script={path}: {len(kept)} setting(s) of {inv.module} from {inv.source}"
+        + (f"; the command's own win for {', '.join(won)}" if won else "")
+        + (f"; {' '.join(extra)} (no preset, the script's job shape)" if extra else "")
+    ]
+    at = argv.index(given[-1])
+    return [*argv[:at], *[_as_kit(o) for o in kept], *extra, *argv[at:]], lines

@@ -227,8 +227,8 @@ def _start_config_problem(spec: PointSpec, checked: DictConfig) -> Problem | Non
 
     for section in START_CONFIG_SECTIONS:
         node = OmegaConf.select(checked, section)
-        if node is None or "_target_" not in node:
-            continue
+        if node is None or "_target_" not in node or OmegaConf.missing_keys(node):
+            continue  # a missing mandatory value (???) is named by the checks that read it
         try:
             with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
                 warnings.simplefilter("ignore")

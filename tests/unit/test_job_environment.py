@@ -149,3 +149,25 @@ def test_a_removed_rollout_mode_is_refused_as_verls_worker_would(base, cache):
     (problem,) = problems
     assert problem.key == "verl.actor_rollout_ref.rollout.mode"
     assert problem.message.startswith("verl's RolloutConfig (built as its workers start): Rollout mode 'sync' has been")
+
+
+def test_the_jobs_verl_must_be_the_one_validated_against(bare_venv, cache):
+    from grpokit.validate.job_environment import local_verl
+
+    here, folder = local_verl()
+    assert here and folder and folder.endswith("verl")
+    assert job_needs.check_verl(job_environment.ask(sys.executable)) == []
+    python = str(bare_venv / "bin" / "python")
+    (problem,) = job_needs.check_verl(job_environment.ask(python))
+    assert (problem.point, problem.key) == ("all points", "cluster.python")
+    assert problem.message.startswith(
+        f"the job's Python ({python}) has no verl; the points were validated against verl {here}"
+    )
+    # an older verl there (its metadata, as pip writes it): named with both versions
+    info = site_packages(bare_venv) / "verl-0.8.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: verl\nVersion: 0.8.0\n")
+    job_environment.ask.cache_clear()
+    (problem,) = job_needs.check_verl(job_environment.ask(python))
+    assert f"has verl 0.8.0; the points were validated against verl {here} here ({folder})" in problem.message
+    assert problem.fix.endswith(f"or install verl=={here} there")

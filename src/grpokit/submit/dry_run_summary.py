@@ -44,11 +44,22 @@ def point_lines(specs: list[PointSpec]) -> list[str]:
     return [r.rstrip() for r in rows]
 
 
+def verl_line(spec: PointSpec) -> str:
+    """Which verl the points were validated against, and which the job's Python has."""
+    from grpokit.validate.job_environment import ask, job_python, local_verl
+
+    version, folder = local_verl()
+    env = ask(job_python(spec.cluster.python))
+    there = f"verl {env.version_of('verl')}" if env.error is None else f"not asked here ({env.error})"
+    return f"verl: {version} at {folder} (validated against); the job's Python {env.python}: {there}"
+
+
 def dry_run_summary(path: Path, specs: list[PointSpec]) -> str:
     """The terminal's text for a dry run that wrote ``path`` (dry_run.md) for ``specs``."""
     arrays = array_lines(specs)
     lines = [f"Dry run of sweep {specs[0].sweep_name}: {len(specs)} point(s), nothing submitted"]
     lines += [f"Note: {notice}" for notice in kit_notices(specs)]
+    lines.append(verl_line(specs[0]))
     if arrays:
         lines += [f"Slurm: {len(arrays)} job array(s)", *arrays]
     lines += ["Points:", *point_lines(specs)]

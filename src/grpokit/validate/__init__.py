@@ -164,6 +164,8 @@ def check_sweep(specs: list[PointSpec]) -> list[Problem]:
     for spec in specs:
         requests.setdefault(json.dumps(dataclasses.asdict(spec.cluster), sort_keys=True, default=str), []).append(spec)
     problems += check_hardware_requests(list(requests.values()))
+    if specs:
+        problems += job_needs.check_verl(job_environment.ask(job_environment.job_python(specs[0].cluster.python)))
     for group in requests.values():
         found = slurm_request.check_request(group[0].cluster, name=group[0].sweep_name, num_points=len(group))
         if len(requests) > 1:

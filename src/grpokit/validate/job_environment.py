@@ -62,6 +62,21 @@ class JobEnvironment:
         return self.packages.get(normalise(distribution))
 
 
+def local_verl() -> tuple[str | None, str | None]:
+    """``(version, folder)`` of the verl this command validates against (not imported: metadata and
+    the import system's spec); ``(None, None)`` when it has none."""
+    import importlib.metadata
+    import importlib.util
+
+    try:
+        version = importlib.metadata.version("verl")
+    except importlib.metadata.PackageNotFoundError:
+        return None, None
+    spec = importlib.util.find_spec("verl")
+    folder = next(iter(spec.submodule_search_locations), None) if spec and spec.submodule_search_locations else None
+    return version, folder
+
+
 def job_python(cluster_python: str | None) -> str:
     """The interpreter the job runs: ``cluster.python`` when set, else this command's own."""
     return cluster_python or sys.executable

@@ -166,6 +166,30 @@ def _logger_problems(spec: PointSpec, cfg: DictConfig, env: JobEnvironment, envi
     return problems
 
 
+def check_verl(env: JobEnvironment) -> list[Problem]:
+    """The sweep is validated against this command's verl: the job's Python must have the same one.
+
+    One problem when the job's Python (asked, :mod:`grpokit.validate.job_environment`) has another
+    verl version or none; [] when it has the same, or could not be asked.
+    """
+    from grpokit.validate.job_environment import local_verl
+
+    here, folder = local_verl()
+    there = env.version_of("verl")
+    if env.error is not None or there == here:
+        return []
+    what = f"verl {there}" if there else "no verl"
+    return [
+        Problem(
+            "all points",
+            "cluster.python",
+            f"{_who(env)} has {what}; the points were validated against verl {here} here ({folder}): "
+            "what passes here may be refused there",
+            f"run the sweep command from the job's environment (its verl), or install verl=={here} there",
+        )
+    ]
+
+
 def wandb_key_found(environ: dict[str, str]) -> bool:
     """Whether W&B finds a key: ``WANDB_API_KEY``, or a netrc entry (``$NETRC`` or ``~/.netrc``) for
     the host of ``WANDB_BASE_URL`` (default ``api.wandb.ai``), as ``wandb/sdk/lib/apikey.py`` looks."""

@@ -149,3 +149,72 @@ def test_cancel_with_no_points_named_speaks_of_the_whole_sweep(tmp_path):
     out = io.StringIO()
     assert cancel(sweep, ["1"], dry_run=True, out=out) == 0
     assert "none of the 1 point(s) named is queued or running" in out.getvalue()
+
+
+# --- 2. the key and the points a refusal names ---------------------------------------------------
+
+
+def test_a_list_for_a_key_the_kit_derives_from_is_refused_on_that_key(tmp_path):
+    run = _sweep_command("-m", "verl.actor_rollout_ref.rollout.n=[]", "dry_run=true", cwd=tmp_path, home=tmp_path)
+    assert run.returncode == 2, run.stderr
+    problems = [line for line in run.stderr.splitlines() if line.startswith("[")]
+    assert len(problems) == 1, run.stderr
+    assert problems[0].startswith("[all points] verl.actor_rollout_ref.rollout.n: [] is not an integer"), problems
+    assert "ListConfig" not in run.stderr and "TypeError" not in run.stderr and "cannot be computed" not in run.stderr
+    # the same check as data.train_batch_size=[] (which was refused on its key already), on every key
+    # a kit derivation reads
+    from grpokit.config.compose import compose_kit
+    from grpokit.config.resolvers import derivation_inputs
+    from grpokit.validate.command_line import check
+
+    inputs = derivation_inputs(compose_kit([]))
+    assert "verl.actor_rollout_ref.rollout.max_num_seqs" in inputs["verl.actor_rollout_ref.rollout.n"]
+    for key in inputs:
+        _, found = check([f"{key}=[]"])
+        assert [p.key for p in found] == [key] and "[] is not" in found[0].message, (key, found)
+
+
+def test_a_bad_value_of_a_swept_key_names_only_the_points_that_hold_it(tmp_path):
+    run = _sweep_command("-m", "verl.data.train_batch_size=8,eight,16", "dry_run=true", cwd=tmp_path, home=tmp_path)
+    assert run.returncode == 2, run.stderr
+    assert "all points" not in run.stderr, run.stderr
+    problems = [line for line in run.stderr.splitlines() if line.startswith("[")]
+    assert problems == [
+        "[001_train_batch_size-eight] verl.data.train_batch_size: 'eight' is not an integer; "
+        "fix: set verl.data.train_batch_size=<integer>, e.g. verl.data.train_batch_size=8"
+    ], run.stderr
+    assert "1 problem(s) in 1 point(s)" in run.stderr
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["verl.data.train_batch_size=8,eight,16"],
+        ["verl.data.train_batch_size=8,16", "verl.actor_rollout_ref.rollout.n=4,-8,2", "cluster=slurm"],
+        ["experiment=gsm8k_grpo,gsm8k_grpo", "verl.data.max_response_length=range(256,1025,256)"],
+        ["verl.data.train_batch_size=8,16", "verl.data.train_batch_size=32,x"],  # typed twice: the last wins
+    ],
+)
+def test_the_points_named_are_those_hydras_sweeper_makes(argv):
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from grpokit.config.point import point_name
+    from grpokit.submit.points import swept_keys
+    from grpokit.validate.value_points import dimensions, points_with
+
+    parsed = OverridesParser.create().parse_overrides(argv)
+    (jobs,) = BasicSweeper.split_arguments(parsed, None)  # what the sweep command's launcher receives
+    keys = swept_keys(jobs)
+    names = []
+    for index, overrides in enumerate(jobs):  # as grpokit.submit.points names each point
+        pairs = [o.split("=", 1) for o in overrides]
+        names.append(point_name(index, {k.lstrip("+~"): v for k, v in pairs if k.lstrip("+~") in keys}))
+    dims = dimensions(parsed)
+    for key, values in dims:
+        for value in values:
+            holding = [n for n, job in zip(names, jobs, strict=True) if f"{key}={value}" in job]
+            expected = None if len(holding) == len(names) else holding
+            assert points_with(dims, key, value) == expected, (key, value)
+    if argv[-1] == "verl.data.train_batch_size=32,x":  # the values typed first are in no point
+        assert points_with(dims, "verl.data.train_batch_size", "8") is None

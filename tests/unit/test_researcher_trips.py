@@ -218,3 +218,22 @@ def test_the_points_named_are_those_hydras_sweeper_makes(argv):
             assert points_with(dims, key, value) == expected, (key, value)
     if argv[-1] == "verl.data.train_batch_size=32,x":  # the values typed first are in no point
         assert points_with(dims, "verl.data.train_batch_size", "8") is None
+
+
+# --- 3. the job id of a one-point sweep ----------------------------------------------------------
+
+
+def test_a_point_submitted_alone_is_called_a_job_not_an_array():
+    from grpokit.submit.dispatch import arrays_phrase
+
+    assert arrays_phrase(["120"]) == "Slurm job 120"
+    assert arrays_phrase(["120_0", "120_1", None]) == "Slurm array 120"
+    assert arrays_phrase(["120_0", "121_0"]) == "Slurm arrays 120, 121"
+    assert arrays_phrase(["120_0", "120_1", "121"]) == "Slurm array 120 and Slurm job 121"  # MaxArraySize split
+
+
+def test_the_docs_give_the_job_id_form_of_a_one_point_sweep_too():
+    text = " ".join((REPO / "docs" / "preemption-and-retries.md").read_text().split())
+    assert "scancel --signal=USR2 <array id>_<task id>" not in text  # "Invalid job id specified" for a plain job
+    assert "`scancel --signal=USR2 <job>`" in text and "`job` column" in text
+    assert "`<array id>_<task id>`" in text and "a plain `<job id>`" in text

@@ -237,3 +237,23 @@ def test_the_docs_give_the_job_id_form_of_a_one_point_sweep_too():
     assert "scancel --signal=USR2 <array id>_<task id>" not in text  # "Invalid job id specified" for a plain job
     assert "`scancel --signal=USR2 <job>`" in text and "`job` column" in text
     assert "`<array id>_<task id>`" in text and "a plain `<job id>`" in text
+
+
+# --- 4. a dry run leaves no Hydra file -----------------------------------------------------------
+
+
+def test_a_dry_run_outside_a_checkout_leaves_only_its_dry_run_files(tmp_path, tiny_model_dir, gsm8k_dir):
+    home = tmp_path / "project"  # the project folder of a wheel user: the working folder
+    home.mkdir()
+    point = ["model=tiny", f"model.path={tiny_model_dir}", f"experiment.data_dir={gsm8k_dir}", "dry_run=true"]
+    run = _sweep_command("-m", *point, "sweep_name=dry", "verl.data.train_batch_size=8,16", cwd=home, home=home)
+    assert run.returncode == 0, run.stderr[-3000:]
+    left = sorted(str(p.relative_to(home)) for p in home.rglob("*") if p.is_file())
+    assert left == ["logs/dry/dry_run.md", "logs/dry/manifest.json"], left  # no logs/.hydra/multirun.yaml
+
+    # refused while its points are validated (after Hydra's sweeper ran): the response is longer than the model holds
+    refused = _sweep_command(
+        "-m", *point, "sweep_name=bad", "verl.data.max_response_length=100000", cwd=home, home=home
+    )
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert sorted(str(p.relative_to(home)) for p in home.rglob("*") if p.is_file()) == left

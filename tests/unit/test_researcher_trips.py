@@ -167,6 +167,8 @@ def test_a_list_for_a_key_the_kit_derives_from_is_refused_on_that_key(tmp_path):
     from grpokit.config.resolvers import derivation_inputs
     from grpokit.validate.command_line import check
 
+    _, (listed,) = check(["verl.data.train_batch_size=[8,16]"])  # a list typed for a sweep
+    assert listed.fix.endswith("to sweep these values: verl.data.train_batch_size=8,16"), listed
     inputs = derivation_inputs(compose_kit([]))
     assert "verl.actor_rollout_ref.rollout.max_num_seqs" in inputs["verl.actor_rollout_ref.rollout.n"]
     for key in inputs:

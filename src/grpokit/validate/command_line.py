@@ -163,11 +163,14 @@ def _type_problem(key: str, value: Any, current: Any, derives: list[str] | None 
         return None
     if derives and isinstance(value, (list, dict)) and _is_number(current):
         kind = "an integer" if isinstance(current, int) else "a number"
+        sweep = (
+            f"; to sweep these values: {key}={','.join(map(str, value))}" if isinstance(value, list) and value else ""
+        )
         return Problem(
             ALL,
             key,
             f"{value!r} is not {kind} (the kit derives {', '.join(derives)} from it)",
-            f"set {key}=<{kind.split()[-1]}>, e.g. {key}={current}",
+            f"set {key}=<{kind.split()[-1]}>, e.g. {key}={current}{sweep}",
         )
     if value == "" and isinstance(current, bool):  # `key=` (an unset shell variable in a launch script)
         note(f"{key}= is empty: verl takes it (composition and validate_config pass) and reads it as false")

@@ -107,14 +107,15 @@ def the_line(done: subprocess.CompletedProcess) -> str:
 
 def test_a_sweep_onto_a_full_logs_root_says_one_line_and_the_same_command_works_once_space_is_freed(full_fs, sweep):
     logs = full_fs / "logs"
-    filler = fill(full_fs, leave=100 * 1024)  # Hydra's multirun.yaml fits, the code snapshot does not
+    filler = fill(full_fs, leave=100 * 1024)  # the sweep folder's first files fit, the code snapshot does not
     done = sweep(logs)
     assert done.returncode == 2
     line = the_line(done)
     assert line.startswith(f"disk full writing the code snapshot (code/) into {logs / 'full'} (about ")
     assert "MB needed" in line and "sweep_name=full is free to use again" in line
     assert f"Free at least {line.split('Free at least ')[1].split(' under')[0]} under {logs}" in line
-    assert sorted(p.name for p in logs.iterdir()) == [".hydra"], "no sweep folder, no code.partial left"
+    # nothing left: no sweep folder, no code.partial, and no Hydra record (the kit's sweeper writes none)
+    assert sorted(p.name for p in logs.iterdir()) == [], "no sweep folder, no code.partial left"
 
     filler.unlink()
     again = sweep(logs)  # the same command: the name is free, every write passes, Slurm is reached
@@ -122,9 +123,12 @@ def test_a_sweep_onto_a_full_logs_root_says_one_line_and_the_same_command_works_
     assert REFUSAL in again.stderr and "Traceback" not in again.stderr, again.stderr[-3000:]
 
 
+LEAVE_FOR_CLAIM = 8 * 1024
+
+
 def test_a_full_disk_at_the_point_folders_or_manifest_removes_the_new_sweep_folder(full_fs, sweep):
     logs = full_fs / "logs"
-    fill(full_fs, leave=48 * 1024)  # Hydra's record (about 43 KB) fits; the point folder's files do not
+    fill(full_fs, leave=LEAVE_FOR_CLAIM)  # the sweep folder's claim fits; the point folder's files do not
     done = sweep(logs, "use_live_code=true")  # no snapshot: the point folders are the first big write
     assert done.returncode == 2
     line = the_line(done)

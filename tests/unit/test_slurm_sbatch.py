@@ -91,3 +91,16 @@ def test_submitit_writes_the_script_the_renderer_renders(tmp_path):
     command = "python -u -m submitit.core._submit x"
     expected = sbatch.render(params, map_count=None, folder=str(tmp_path), command=command)
     assert executor._make_submission_file_text(command, "uid") == expected
+
+
+def test_serve_eval_sbatch_asks_nothing_the_bundled_cluster_lacks():
+    """Issue 37: slurm/serve_eval.sbatch asked a fixed --mem=64G, which the bundled cluster (nodes of
+    8000 MB) refused ("Requested node configuration is not available"). Like train.sbatch it asks no
+    memory; its CPUs fit a node of slurm/local_cluster.sh as shipped."""
+    import re
+
+    shipped = sbatch.options((REPO / "slurm" / "serve_eval.sbatch").read_text())
+    assert "mem" not in shipped and not any(k.startswith("mem-per") for k in shipped)
+    cluster_script = (REPO / "slurm" / "local_cluster.sh").read_text()
+    node_cpus = int(re.search(r"CPUS=\$\{SLURM_LOCAL_CPUS_PER_NODE:-(\d+)\}", cluster_script).group(1))
+    assert int(shipped["cpus-per-task"]) <= node_cpus and shipped["gres"] == "gpu:1"

@@ -50,6 +50,14 @@ def choose(sweep, wanted: list[str]) -> tuple[list, list[str]]:
     return chosen, missing
 
 
+def nothing_live(count: int, named: bool) -> str:
+    """Why nothing is cancelled: no point of the ``count`` chosen is queued or running (``named``:
+    the user named them; else they are the whole sweep)."""
+    if named:
+        return f"none of the {count} point(s) named is queued or running"
+    return f"none of the sweep's {count} point(s) is queued or running"
+
+
 def _halving_controllers(sweep_dir: Path) -> list[str]:
     """The sweep's pending halving controllers (``halving.json``); none, with a warning, when that
     file cannot be read (the points are still cancelled)."""
@@ -75,7 +83,7 @@ def cancel(sweep_dir: Path, wanted: list[str], dry_run: bool = False, out=sys.st
     left = [(p, s) for p, s in live if (p, s) not in todo]
     controllers = _halving_controllers(sweep_dir) if not wanted else []
     if not todo and not controllers:
-        print(f"nothing to cancel in {sweep_dir}: no queued or running point among those named", file=out)
+        print(f"nothing to cancel in {sweep_dir}: {nothing_live(len(chosen), named=bool(wanted))}", file=out)
         return 0
     for p, s in todo:
         print(f"{'would cancel' if dry_run else 'cancel'} {p.name} ({s}, job {p.job_id})", file=out)

@@ -9,8 +9,9 @@ replaces the interpolation, still wins.
 from __future__ import annotations
 
 import math
+import re
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from grpokit.paths import package_file, project_dir
 
@@ -34,3 +35,27 @@ def register() -> None:
     for name, fn in _RESOLVERS.items():
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
+
+
+_REFERENCE = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")
+
+
+def derivation_inputs(cfg: DictConfig) -> dict[str, list[str]]:
+    """``{key: [settings the kit derives from it]}``: every key a ``${kit_*:...}`` interpolation of
+    ``cfg`` (unresolved) reads, e.g. ``verl.actor_rollout_ref.rollout.n`` ->
+    ``[verl.actor_rollout_ref.rollout.max_num_seqs]``. Keys are absolute config paths."""
+    found: dict[str, list[str]] = {}
+
+    def walk(node, path: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{path}.{k}" if path else str(k))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, f"{path}.{i}")
+        elif isinstance(node, str) and "${kit_" in node:
+            for key in _REFERENCE.findall(node):
+                found.setdefault(key, []).append(path)
+
+    walk(OmegaConf.to_container(cfg, resolve=False), "")
+    return found

@@ -30,6 +30,7 @@ from typing import Any
 
 from grpokit.run_folder.atomic import now
 from grpokit.run_folder.layout import DRY_RUN, MANIFEST, SUBMISSIONS
+from grpokit.run_folder.locate import nearest_hint
 
 #: What a dry run (or Hydra's sweeper, before the kit moved it to ``logs/.hydra``) leaves in a folder.
 _DRY_RUN_ONLY = {DRY_RUN, MANIFEST, "multirun.yaml"}
@@ -111,14 +112,17 @@ def check_before_validation(path: Path, *, resume: bool, generated: bool) -> Non
     """Refuse at once what the claim would refuse after validation (so the user does not wait).
 
     Raises:
-        SweepFolderError: ``resume`` without a folder to resume; an explicit name that is taken.
+        SweepFolderError: ``resume`` without a folder to resume (the message names the nearest
+            sweeps under the same logs root, as the commands that take a sweep's name do); an
+            explicit name that is taken.
     """
     state = folder_state(path)
     if resume and state == "sweep" and never_submitted(path):
         raise SweepFolderError(exists_message(path))
     if resume and state == "absent":
+        near = nearest_hint(Path(path).name, Path(path).parent).removeprefix("; ")
         raise SweepFolderError(
-            f"resume=true: there is no sweep folder {path} to resume; nothing was submitted. "
+            f"resume=true: there is no sweep folder {path} to resume ({near}); nothing was submitted. "
             "Check sweep_name= and logs_root=, or drop resume=true to start a new sweep."
         )
     if not resume and not generated and state == "sweep":

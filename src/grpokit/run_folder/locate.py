@@ -2,7 +2,9 @@
 
 ``grpokit status lr_sweep`` and ``grpokit status logs/lr_sweep`` name the same folder; the commands
 that take a sweep folder (status, report, logs, cancel) read their argument through
-:func:`sweep_folder_arg`, the one resolver.
+:func:`sweep_folder_arg`, the one resolver. A name that is no sweep is answered with the nearest
+sweep names (:func:`nearest_hint`, also what ``resume=true`` with a mistyped ``sweep_name`` says);
+a point's run folder passed where a sweep folder is wanted is told apart by :func:`point_of`.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import difflib
 from pathlib import Path
 
 from grpokit.paths import project_dir
-from grpokit.run_folder.layout import MANIFEST
+from grpokit.run_folder.layout import MANIFEST, POINT, STATUS
 
 
 class SweepNotFound(FileNotFoundError):
@@ -48,10 +50,27 @@ def resolve_sweep(text: str | Path) -> Path:
     logs = logs_dir()
     if not path.is_absolute() and (logs / path).exists():
         return logs / path
+    hint = nearest_hint(text, logs)
+    raise SweepNotFound(f"no sweep folder {str(text)!r} (neither a folder nor a sweep under {logs}){hint}")
+
+
+def nearest_hint(text: str | Path, logs: Path) -> str:
+    """``"; nearest: a, b"``: the sweeps under ``logs`` closest to the name ``text`` (the last five by
+    name when none is close), or ``"; no sweep under <logs> yet"``."""
     names = known_sweeps(logs)
     near = difflib.get_close_matches(str(text), names, n=3, cutoff=0.5) or names[-5:]
-    hint = f"; nearest: {', '.join(near)}" if near else f"; no sweep under {logs} yet"
-    raise SweepNotFound(f"no sweep folder {str(text)!r} (neither a folder nor a sweep under {logs}){hint}")
+    return f"; nearest: {', '.join(near)}" if near else f"; no sweep under {logs} yet"
+
+
+def point_of(path: Path) -> tuple[Path, str] | None:
+    """``(sweep folder, point folder name)`` when ``path`` is a point's run folder (it holds
+    ``point.json`` or ``status.json`` and no ``manifest.json``) inside a sweep folder (its parent
+    holds ``manifest.json``); None otherwise (a sweep folder, or a folder of neither kind)."""
+    path = Path(path)
+    if (path / MANIFEST).exists() or not ((path / POINT).exists() or (path / STATUS).exists()):
+        return None
+    full = path.resolve()
+    return (full.parent, full.name) if (full.parent / MANIFEST).exists() else None
 
 
 def sweep_folder_arg(text: str) -> Path:

@@ -5,9 +5,11 @@ Format: docs/run-folder.md. Nothing here writes; the job and the sweep command o
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grpokit.run_folder.layout import MANIFEST
 from grpokit.run_folder.manifest import SweepManifest, read_manifest
 from grpokit.run_folder.status_record import Attempt, PointStatus, read_status_or_none
 from grpokit.slurm.nodes import node_count
@@ -62,6 +64,17 @@ class Sweep:
     @property
     def name(self) -> str:
         return self.manifest.sweep or self.path.name
+
+    def only(self, run_folder_name: str) -> Sweep:
+        """This sweep with one point: the one whose run folder is named ``run_folder_name``.
+
+        Raises:
+            ValueError: no point of the manifest has that run folder.
+        """
+        kept = [p for p in self.points if Path(p.run_dir).name == run_folder_name]
+        if not kept:
+            raise ValueError(f"{self.path / MANIFEST} lists no point with run folder {run_folder_name}")
+        return dataclasses.replace(self, points=kept)
 
     @property
     def rehearsal(self) -> bool:

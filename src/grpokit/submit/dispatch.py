@@ -82,9 +82,18 @@ def submit_slurm(sweep_dir: Path, specs: list[PointSpec], cluster: dict[str, Any
 
 
 def arrays_phrase(job_ids: list[str | None]) -> str:
-    """``Slurm array 120`` or ``Slurm arrays 120, 121`` (a sweep above MaxArraySize goes out as several)."""
-    arrays = list(dict.fromkeys(str(j).split("_")[0] for j in job_ids if j))
-    return f"Slurm array{'s' if len(arrays) > 1 else ''} {', '.join(arrays)}"
+    """``Slurm array 120`` or ``Slurm arrays 120, 121`` (a sweep above MaxArraySize goes out as
+    several); a point submitted alone (submitit submits an array of one as a plain job, id ``120``
+    not ``120_0``): ``Slurm job 120``."""
+    ids = [str(j) for j in job_ids if j]
+    arrays = list(dict.fromkeys(j.split("_")[0] for j in ids if "_" in j))
+    jobs = list(dict.fromkeys(j for j in ids if "_" not in j))
+    parts = [
+        f"Slurm {word}{'s' if len(found) > 1 else ''} {', '.join(found)}"
+        for word, found in (("array", arrays), ("job", jobs))
+        if found
+    ]
+    return " and ".join(parts) or "no Slurm job"
 
 
 def run_local(specs: list[PointSpec]) -> list[int]:

@@ -18,12 +18,17 @@ What Hydra alone would do with a user's override, and what the kit does instead:
   key of the kit's launcher; here it is ``cluster.partition=gpu`` (a submitit name ``cluster``
   does not have is refused naming the kit key to set).
 
-Every value of a sweep (``a,b,c``, ``range(...)``) is checked. One :class:`Problem` per finding,
-point ``all points``.
+Every value of a sweep (``a,b,c``, ``range(...)``) is checked. One :class:`Problem` per finding:
+a bad value of a swept key names the points that hold it (:mod:`grpokit.validate.value_points`),
+any other ``all points``. A key the kit derives other settings from (``verl.data.train_batch_size``
+and ``verl.actor_rollout_ref.rollout.n`` -> ``rollout.max_num_seqs``:
+:func:`grpokit.config.resolvers.derivation_inputs`) takes a number only, even where verl's
+dataclass would leave a list to verl: the derivation would fail on the derived key instead.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import itertools
 import re
@@ -33,9 +38,11 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from grpokit.config.overrides import flat_base
+from grpokit.config.resolvers import derivation_inputs
 from grpokit.config.schema import LAUNCHER_ELSEWHERE, ClusterConf, SidecarConf, rename_deprecated
 from grpokit.paths import config_groups, group_files, kit_command
 from grpokit.problems import Problem, note
+from grpokit.validate.value_points import dimensions, points_with
 from grpokit.validate.verl_check import _open_parent, suggest
 
 ALL = "all points"
@@ -142,16 +149,29 @@ def _is_mapping_with_new_keys(node, values: list[Any]) -> bool:
     return any(isinstance(v, dict) and set(v) - have for v in values)
 
 
-def _type_problem(key: str, value: Any, current: Any) -> Problem | None:
+def _type_problem(key: str, value: Any, current: Any, derives: list[str] | None = None) -> Problem | None:
     """A value whose type cannot be what the key holds (an int where text came, ...).
 
     A verl key that verl's config dataclass declares is judged by that declaration
     (:func:`_declared_problem`); any other key by the type of its current value, except that an
     integer default of a key that is not a size takes a number (verl's YAML writes ``0`` for
-    floats it has no dataclass for).
+    floats it has no dataclass for). ``derives``: the settings the kit derives from ``key``
+    (:func:`grpokit.config.resolvers.derivation_inputs`); a list or mapping for such a key with a
+    numeric current value is refused here, on the key typed, with the derived settings named.
     """
     if value is None or current is None:
         return None
+    if derives and isinstance(value, (list, dict)) and _is_number(current):
+        kind = "an integer" if isinstance(current, int) else "a number"
+        sweep = (
+            f"; to sweep these values: {key}={','.join(map(str, value))}" if isinstance(value, list) and value else ""
+        )
+        return Problem(
+            ALL,
+            key,
+            f"{value!r} is not {kind} (the kit derives {', '.join(derives)} from it)",
+            f"set {key}=<{kind.split()[-1]}>, e.g. {key}={current}{sweep}",
+        )
     if value == "" and isinstance(current, bool):  # `key=` (an unset shell variable in a launch script)
         note(f"{key}= is empty: verl takes it (composition and validate_config pass) and reads it as false")
         return None
@@ -174,6 +194,17 @@ def _type_problem(key: str, value: Any, current: Any) -> Problem | None:
     if isinstance(current, float) and (isinstance(value, bool) or not isinstance(value, (int, float))):
         return Problem(ALL, key, f"{value!r} is not a number", f"set {key}=<number>, e.g. {key}={current}")
     return None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _at_points(problem: Problem, points: list[str] | None) -> list[Problem]:
+    """``problem`` once per point that holds the bad value (None: every point, labelled so)."""
+    if points is None:
+        return [problem]
+    return [dataclasses.replace(problem, point=name) for name in points]
 
 
 def _declared_problem(key: str, value: Any, allowed: frozenset[str], current: Any) -> Problem | None:
@@ -305,6 +336,11 @@ def check(argv: list[str]) -> tuple[list[str], list[Problem]]:
     out = list(argv)
     problems: list[Problem] = []
     base = flat_base()
+    try:
+        dims = dimensions(parsed)  # the sweep's points, to name those a bad value is in
+    except Exception:
+        dims = []  # a sweep the basic sweeper would refuse itself (an interval): every problem is "all points"
+    inputs = derivation_inputs(configs[0])
     for pos, o in zip(positions, parsed, strict=True):
         key = o.key_or_group
         if o in group_overrides or key.startswith("hydra") or "/" in key or o.is_delete():
@@ -340,10 +376,11 @@ def check(argv: list[str]) -> tuple[list[str], list[Problem]]:
             out[pos] = "++" + argv[pos]
         current = _resolved(configs[0], key)
         default = base.get(key[len("verl.") :], current) if key.startswith("verl.") else current
-        for value in _values(o):
-            found = _type_problem(key, value, current if current is not None else default)
+        texts = list(o.sweep_string_iterator()) if o.is_sweep_override() else []
+        for position, value in enumerate(_values(o)):
+            found = _type_problem(key, value, current if current is not None else default, inputs.get(key))
             found = found or _sign_problem(key, value, default if default is not None else current)
             if found:
-                problems.append(found)
-                break
+                where = points_with(dims, o.get_key_element(), texts[position]) if position < len(texts) else None
+                problems += _at_points(found, where)
     return out, problems

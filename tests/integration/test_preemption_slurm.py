@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -88,6 +90,20 @@ def wait_jobs_gone(job_ids: list[str], timeout: float) -> None:
             return
         assert time.monotonic() < deadline, f"jobs {job_ids} still in squeue"
         time.sleep(0.5)
+
+
+def flip_member_bytes(path: Path) -> None:
+    """Invert the middle byte of the first member (``<stem>/data.pkl``) of a torch.save zip; the size stays."""
+    with zipfile.ZipFile(path) as zf:
+        member = zf.infolist()[0]
+    with open(path, "r+b") as fh:  # the member's bytes follow its local header: 30 bytes + name + extra
+        fh.seek(member.header_offset + 26)
+        name_len, extra_len = struct.unpack("<HH", fh.read(4))
+        middle = member.header_offset + 30 + name_len + extra_len + member.file_size // 2
+        fh.seek(middle)
+        byte = fh.read(1)
+        fh.seek(middle)
+        fh.write(bytes([byte[0] ^ 0xFF]))
 
 
 def check_redone(steps: list[list[int]], allowed: int) -> None:
@@ -230,6 +246,15 @@ def test_resubmit_takes_exactly_the_failed_and_the_timed_out_point(kit, slurm, k
     damaged = ckpt / "global_step_2" / "data.pt"
     size = damaged.stat().st_size
     os.truncate(damaged, 0)
+    # issue 36 item 3: the timed-out point's newest step was moved away by hand (its tracker still names
+    # it: the driver crashed on it before) and the step before has a shard of the same size with bytes
+    # flipped (a bad copy): the resubmission resumes the step before that, says why, and completes
+    slow_ckpt = run_dirs[1] / "checkpoints"
+    newest = int((slow_ckpt / "latest_checkpointed_iteration.txt").read_text())
+    assert newest >= 3, newest
+    (slow_ckpt / f"global_step_{newest}").rename(slow_ckpt / f"global_step_{newest}.incomplete-by-hand")
+    (flipped,) = (slow_ckpt / f"global_step_{newest - 1}" / "actor").glob("model_world_size_*_rank_0.pt")
+    flip_member_bytes(flipped)
     out = kit.run("resubmit.py", [str(sweep)])
     assert out.returncode == 0, out.stderr[-3000:]
     assert "resubmitted 000_" in out.stdout and "resubmitted 001_" in out.stdout and "002_" not in out.stdout
@@ -250,6 +275,16 @@ def test_resubmit_takes_exactly_the_failed_and_the_timed_out_point(kit, slurm, k
     assert second["checkpoint_set_aside"].startswith("checkpoint global_step_2 set aside as global_step_2.incomplete-")
     why = f"global_step_2/data.pt has 0 bytes, {size} at save (.grpokit-sizes.json); resuming from global_step_1"
     assert second["checkpoint_set_aside"].endswith(why), second["checkpoint_set_aside"]
+    slow = kit.read_status(run_dirs[1])["attempts"][1]
+    assert slow["resume_step"] == newest - 2, slow
+    note = slow["checkpoint_set_aside"]  # the driver names the checkpoint folder by its real path
+    assert f"/latest_checkpointed_iteration.txt names step {newest} but /" in note, note
+    assert note.endswith(f"/global_step_{newest} does not exist (and 1 more); resuming from global_step_{newest - 2}")
+    assert list(slow_ckpt.glob(f"global_step_{newest - 1}.incomplete-*")), "the damaged step is set aside, not deleted"
+    driver_log = (run_dirs[1] / "attempts" / "2" / "driver.log").read_text()
+    assert f"/{flipped.name} is damaged: member {flipped.stem}/data.pkl" in driver_log
+    first_slow = (run_dirs[1] / "attempts" / "2" / "metrics.jsonl").read_text().splitlines()[0]
+    assert json.loads(first_slow)["step"] == newest - 1
 
 
 @pytest.mark.cluster_exclusive

@@ -5,7 +5,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import struct
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -13,11 +15,13 @@ import torch
 
 from grpokit.runtime.decisions.checkpoints import (
     MANIFEST,
+    check_crcs,
     inspect_checkpoint,
     latest_complete,
     list_checkpoints,
     read_tracker,
     record_saved,
+    torch_file_crc_problem,
     torch_file_problem,
 )
 from grpokit.runtime.decisions.resume_from import prepare_resume
@@ -265,3 +269,158 @@ def test_resume_with_no_whole_step_left_trains_from_scratch_and_says_so(tmp_path
     assert report["note"].endswith(
         f"{step / 'data.pt'} is empty (0 bytes); no complete checkpoint: training from scratch"
     )
+
+
+# -- intact by content (issue 36 item 3): bytes flipped in the middle, the size kept ---------------------
+
+
+def _flip_middle(path: Path, count: int = 4) -> None:
+    """Invert ``count`` bytes in the middle of ``path``; its size stays the same (a bad sector, a bad copy)."""
+    size = path.stat().st_size
+    with open(path, "r+b") as fh:
+        fh.seek(size // 2)
+        chunk = fh.read(count)
+        fh.seek(size // 2)
+        fh.write(bytes(b ^ 0xFF for b in chunk))
+    assert path.stat().st_size == size
+
+
+def _tensor_file(path: Path) -> Path:
+    torch.save({"w": torch.arange(1_000_000, dtype=torch.float32)}, path)  # 4 MB: the middle is tensor data
+    return path
+
+
+def test_the_crc_check_finds_flipped_bytes_that_size_and_header_checks_pass(tmp_path):
+    path = _tensor_file(tmp_path / "model_world_size_1_rank_0.pt")
+    assert torch_file_crc_problem(path) is None  # intact
+    _flip_middle(path)
+    assert torch_file_problem(path) is None  # the header check (and any size check) passes it
+    problem = torch_file_crc_problem(path)
+    assert problem.startswith(f"{path} is damaged: member model_world_size_1_rank_0/data/0 (4000000 bytes at offset ")
+    assert problem.endswith("Bad CRC-32 for file 'model_world_size_1_rank_0/data/0'"), problem
+    # what verl's resume would have met: torch.load reads tensor data without its CRC-32, so the
+    # damage is not an error there but silently changed weights (or optimizer moments)
+    loaded = torch.load(path, weights_only=True)["w"]
+    assert not torch.equal(loaded, torch.arange(1_000_000, dtype=torch.float32))
+
+
+def test_the_crc_check_finds_a_flipped_pickle_byte_that_torch_load_fails_on(tmp_path):
+    path = tmp_path / "data.pt"
+    torch.save({"step": 12, "sampler": list(range(200))}, path)
+    member = zipfile.ZipFile(path).getinfo("data/data.pkl")
+    with open(path, "r+b") as fh:  # the member's bytes start after its local header (30 bytes + name + extra)
+        fh.seek(member.header_offset + 26)
+        name_len, extra_len = struct.unpack("<HH", fh.read(4))
+        start = member.header_offset + 30 + name_len + extra_len
+        fh.seek(start)
+        opcode = fh.read(1)  # the pickle's PROTO opcode (0x80)
+        fh.seek(start)
+        fh.write(bytes([opcode[0] ^ 0xFF]))
+    assert torch_file_problem(path) is None
+    problem = torch_file_crc_problem(path)
+    assert "member data/data.pkl" in problem and "Bad CRC-32" in problem, problem
+    with pytest.raises(Exception):  # noqa: B017 - the unpickler's own error for an unknown opcode
+        torch.load(path, weights_only=True)
+
+
+@pytest.mark.parametrize("size", [0, None], ids=["zeroed", "truncated-to-half"])
+def test_the_crc_check_finds_truncated_files_too(tmp_path, size):
+    path = _tensor_file(tmp_path / "data.pt")
+    _cut(path, size)
+    problem = torch_file_crc_problem(path)
+    assert problem.startswith(str(path)) and ("is empty (0 bytes)" if size == 0 else "damaged torch file") in problem
+
+
+def test_files_without_crcs_are_left_to_the_header_checks(tmp_path):
+    legacy = tmp_path / "legacy.pt"
+    torch.save({"w": torch.ones(10)}, legacy, _use_new_zipfile_serialization=False)  # a pickle stream
+    torch.serialization.set_crc32_options(False)
+    try:
+        no_crc = _tensor_file(tmp_path / "no_crc.pt")
+    finally:
+        torch.serialization.set_crc32_options(True)
+    _flip_middle(no_crc)
+    assert torch_file_crc_problem(legacy) is None and torch_file_crc_problem(no_crc) is None
+
+
+def test_check_crcs_reads_every_pt_of_the_step_and_says_what_it_read(tmp_path):
+    step_dir = make_ckpt(tmp_path, 3, world=1)
+    shard = _tensor_file(step_dir / "actor" / "optim_world_size_1_rank_0.pt")
+    ok = check_crcs(step_dir)
+    assert ok.problems == [] and ok.files == 4  # model, optim, extra_state, data.pt
+    assert ok.bytes == sum(p.stat().st_size for p in step_dir.rglob("*.pt")) and ok.seconds > 0
+    _flip_middle(shard)
+    (problem,) = check_crcs(step_dir).problems
+    assert problem.startswith(f"{shard} is damaged: member ")
+
+
+def test_resume_sets_a_bit_flipped_newest_step_aside_and_resumes_the_previous(tmp_path, caplog):
+    """The issue's case: a shard of the same size, bytes flipped in the middle; torch.load fails on it."""
+    make_ckpt(tmp_path, 8, world=1)
+    step12 = make_ckpt(tmp_path, 12, world=1)
+    shard = _tensor_file(step12 / "actor" / "model_world_size_1_rank_0.pt")
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("12")
+    record_saved(tmp_path)
+    _flip_middle(shard)
+    assert inspect_checkpoint(step12).complete  # sizes as recorded: only the content check sees it
+    caplog.set_level("INFO")
+    report = prepare_resume(tmp_path)
+    assert report["resume_step"] == 8 and report["tracker_was"] == 12 and read_tracker(tmp_path) == 8
+    (aside,) = report["set_aside"]
+    assert Path(aside).name.startswith("global_step_12.incomplete-") and not step12.exists()
+    assert report["note"].startswith(
+        f"checkpoint global_step_12 set aside as {Path(aside).name}: {shard} is damaged: member "
+        "model_world_size_1_rank_0/data/0 (4000000 bytes at offset "
+    )
+    assert report["note"].endswith(
+        "Bad CRC-32 for file 'model_world_size_1_rank_0/data/0'; resuming from global_step_8"
+    )
+    moved = [r.getMessage() for r in caplog.records if "is incomplete or damaged" in r.getMessage()]
+    assert len(moved) == 1 and "Bad CRC-32" in moved[0]
+    checked = [r.getMessage() for r in caplog.records if r.getMessage().startswith("checked the CRC-32s of")]
+    assert [m.split(":")[0] for m in checked] == [
+        "checked the CRC-32s of global_step_12",
+        "checked the CRC-32s of global_step_8",
+    ]
+    assert checked[0].endswith(": 1 damaged") and "GB/s)" in checked[1]
+
+
+def test_resume_reads_only_the_steps_it_passes_and_leaves_older_ones(tmp_path):
+    old = make_ckpt(tmp_path, 4, world=1)
+    _flip_middle(_tensor_file(old / "data.pt"))  # damaged, but older than the step resumed: not read
+    make_ckpt(tmp_path, 8, world=1)
+    for step in (10, 12):  # both damaged: both set aside, the note names the newest
+        _flip_middle(_tensor_file(make_ckpt(tmp_path, step, world=1) / "actor" / "optim_world_size_1_rank_0.pt"))
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("12")
+    report = prepare_resume(tmp_path)
+    assert report["resume_step"] == 8 and read_tracker(tmp_path) == 8 and old.exists()
+    assert len(report["set_aside"]) == 2 and report["note"].startswith("checkpoint global_step_12 set aside as ")
+    assert report["note"].endswith(" (and 1 more); resuming from global_step_8")
+    assert sorted(p.name.split(".")[0] for p in tmp_path.glob("global_step_*.incomplete-*")) == [
+        "global_step_10",
+        "global_step_12",
+    ]
+
+
+@pytest.mark.parametrize("moved_away", [True, False], ids=["set-aside-earlier", "never-there"])
+def test_a_tracker_naming_a_step_that_is_not_there_resumes_the_newest_complete_and_is_rewritten(tmp_path, moved_away):
+    """The issue's crash: FileNotFoundError 'global_step_65' -> 'global_step_65.incomplete-...', every resubmit."""
+    make_ckpt(tmp_path, 60, world=1)
+    make_ckpt(tmp_path, 64, world=1)
+    if moved_away:
+        make_ckpt(tmp_path, 65, world=1).rename(tmp_path / "global_step_65.incomplete-2026-12-04T221500")
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("65")
+    report = prepare_resume(tmp_path)
+    assert report["resume_step"] == 64 and report["tracker_was"] == 65 and report["set_aside"] == []
+    assert (tmp_path / "latest_checkpointed_iteration.txt").read_text() == "64"
+    assert not list(tmp_path.glob(".*.tmp")), "the tracker is replaced atomically (a temporary file, then rename)"
+    assert report["note"] == (
+        f"{tmp_path / 'latest_checkpointed_iteration.txt'} names step 65 but {tmp_path / 'global_step_65'} "
+        "does not exist; resuming from global_step_64"
+    )
+    assert list_checkpoints(tmp_path)[-1].step == 64 and prepare_resume(tmp_path)["note"] == ""  # settled
+
+    # verl's own reader of the tracker now finds the step the kit chose
+    from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+
+    assert Path(find_latest_ckpt_path(str(tmp_path))) == tmp_path / "global_step_64"

@@ -472,6 +472,38 @@ def test_a_zeroed_shard_of_the_newest_save_is_set_aside_with_its_reason_in_statu
     assert_closed(second, spec, signal_handlers)
 
 
+def test_a_tracker_naming_a_moved_step_and_a_flipped_shard_before_it_resume_the_step_before(
+    tmp_path, bare_point, signal_handlers
+):
+    """Issue 36 item 3: the tracker names a step whose folder was moved away (the driver crashed on
+    ``rename`` with FileNotFoundError, on every resubmit), and the step before has a shard of its recorded
+    size with a byte flipped (sizes passed it): the attempt resumes the step before that, says why, completes."""
+    spec = make_spec(bare_point, tmp_path)
+    first = run_attempt(spec, script={3: _send(signal.SIGUSR2)})
+    assert first.status["state"] == "requeued"
+    ckpt = Path(spec.checkpoint_dir)
+    assert (ckpt / checkpoints.TRACKER_FILE).read_text() == "3"
+    (ckpt / "global_step_3").rename(ckpt / "global_step_3.incomplete-by-hand")
+    shard = ckpt / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt"
+    data = bytearray(shard.read_bytes())
+    at = data.index(b"standin")  # inside its data.pkl (the pickled {"standin": "model"}), the size kept
+    data[at] ^= 0xFF
+    shard.write_bytes(data)
+    assert checkpoints.inspect_checkpoint(ckpt / "global_step_2").complete  # by sizes: whole
+    second = run_attempt(spec)
+    assert second.status["state"] == "completed", second.status.get("reason")
+    assert second.attempt["resume_step"] == 1
+    assert second.attempt["checkpoint_set_aside"] == (
+        f"{ckpt / checkpoints.TRACKER_FILE} names step 3 but {ckpt / 'global_step_3'} does not exist "
+        "(and 1 more); resuming from global_step_1"
+    )
+    assert [p.name.split(".")[0] for p in sorted(ckpt.glob("global_step_2.incomplete-*"))] == ["global_step_2"]
+    log2 = (Path(spec.run_dir) / "attempts" / "2" / "driver.log").read_text()
+    assert f"{shard} is damaged: member model_world_size_1_rank_0/data.pkl" in log2
+    assert "Bad CRC-32" in log2 and "checked the CRC-32s of global_step_1: 4 files" in log2
+    assert_closed(second, spec, signal_handlers)
+
+
 def test_a_wait_for_the_ray_start_slot_is_the_points_reason_meanwhile(
     tmp_path, bare_point, signal_handlers, monkeypatch
 ):

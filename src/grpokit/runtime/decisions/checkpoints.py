@@ -24,6 +24,15 @@ by content too:
   at the end of the file, lists a ``data.pkl``: a truncated or zeroed archive has none) or a legacy
   pickle, ``*.safetensors`` has its 8-byte header length, a JSON header, and exactly the bytes its
   ``data_offsets`` end at; no file is empty.
+
+Neither reads a tensor, so a shard of the right size with bytes flipped in the middle passes both;
+``torch.load`` does not catch it either (it reads tensor data without its CRC-32: the weights or Adam
+moments change silently; only a flip inside the pickle makes it fail). The step chosen to resume is
+therefore also checked by content with the integrity data torch.save already writes
+(:func:`check_crcs`, called by :mod:`grpokit.runtime.decisions.resume_from`): every member of its zip
+archive carries a CRC-32 of its bytes, and every member of every ``*.pt`` is read and compared (a
+whole read of the step: about 10 GB for the reference run's world-size-1 Qwen3.5-0.8B actor;
+``bench/bench_checkpoint_check.py`` measures it). Nothing extra is written at save time.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ import logging
 import os
 import re
 import struct
+import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,6 +168,82 @@ def torch_file_problem(path: Path) -> str | None:
     if end > size:
         return f"{path} is truncated: its zip directory needs {end} bytes, the file has {size}"
     return None
+
+
+#: Read size of the CRC check (one buffer per file; large reads keep Python's overhead per byte low).
+CRC_CHUNK = 16 << 20
+
+
+def torch_file_crc_problem(path: Path) -> str | None:
+    """Why ``path``'s bytes are not the ones torch.save wrote, by the CRC-32 of each zip member; None when intact.
+
+    torch.save's zip writer (miniz, torch's ``serialization.py``) records a CRC-32 of every member
+    (``data.pkl``, one ``data/<key>`` per tensor storage, ...) in the archive's directory; every member is
+    read in full (``CRC_CHUNK`` bytes at a time) and its CRC-32 compared, as ``zipfile.ZipFile.testzip``
+    does, but naming the member, its offset and the error. Cost: one read of the file (the figures:
+    ``bench/bench_checkpoint_check.py``).
+
+    Files that carry no CRC-32 are accepted (None), for the header checks to judge: a legacy pickle
+    (first byte 0x80), or an archive saved under ``torch.serialization.set_crc32_options(False)``,
+    where every member's recorded CRC-32 is 0.
+
+    Returns:
+        ``"<path> is damaged: member <name> (<bytes> bytes at offset <o>): <why>"``, or another one-line
+        reason (not a zip archive, unreadable directory, empty); None when intact or not checkable.
+    """
+    size = path.stat().st_size
+    if size == 0:
+        return f"{path} is empty (0 bytes)"
+    with open(path, "rb") as fh:
+        if fh.read(1) == b"\x80":
+            return None
+    try:
+        zf = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, ValueError, struct.error) as exc:
+        return f"{path} is a damaged torch file ({size} bytes): {exc}"
+    with zf:
+        members = zf.infolist()
+        if all(m.CRC == 0 for m in members if m.file_size > 0):
+            log.info("%s carries no CRC-32s (saved with torch.serialization.set_crc32_options(False))", path)
+            return None
+        for m in members:
+            try:
+                with zf.open(m) as fh:
+                    while fh.read(CRC_CHUNK):
+                        pass
+            except (zipfile.BadZipFile, EOFError, OSError, ValueError, NotImplementedError, struct.error) as exc:
+                where = f"{m.file_size} bytes at offset {m.header_offset}"
+                return f"{path} is damaged: member {m.filename} ({where}): {exc}"
+    return None
+
+
+@dataclass(frozen=True)
+class CrcCheck:
+    """What :func:`check_crcs` found in one ``global_step_N``.
+
+    problems: one line per damaged ``*.pt`` (empty when all are intact). files: ``*.pt`` files read.
+    bytes: their total size. seconds: wall time of the check.
+    """
+
+    problems: list[str]
+    files: int
+    bytes: int
+    seconds: float
+
+
+def check_crcs(step_dir: Path | str) -> CrcCheck:
+    """Read every ``*.pt`` under ``step_dir`` (data.pt, the actor's and any critic's shards) and check its CRC-32s.
+
+    The content check of the step a job is about to resume (:func:`torch_file_crc_problem` per file).
+    Other files (``fsdp_config.json``, ``huggingface/``: not loaded on resume; safetensors carry no
+    checksum) keep the size and header checks of :func:`inspect_checkpoint`.
+    """
+    step_dir = Path(step_dir)
+    t0 = time.perf_counter()
+    files = [p for p in _files(step_dir) if p.suffix == ".pt"]
+    problems = [why for p in files if (why := torch_file_crc_problem(p))]
+    total = sum(p.stat().st_size for p in files if p.exists())
+    return CrcCheck(problems=problems, files=len(files), bytes=total, seconds=time.perf_counter() - t0)
 
 
 def safetensors_problem(path: Path) -> str | None:

@@ -90,7 +90,8 @@ def record(private: Path, pids: list[int]) -> None:
 
 
 def add_pid(temp_dir: Path, pid: int) -> None:
-    """Add ``pid`` (the ``ray start`` process) to the record of ``temp_dir``'s private folder."""
+    """Add ``pid`` (the ``ray start`` process) to the record of ``temp_dir``'s private folder (never
+    raises: a failed write is logged)."""
     private = private_folder(temp_dir)
     if private is None:
         return
@@ -98,7 +99,10 @@ def add_pid(temp_dir: Path, pid: int) -> None:
         pids = [int(p) for p in json.loads((private / RECORD).read_text())["pids"]]
     except (OSError, ValueError, KeyError, TypeError):
         pids = [os.getpid()]
-    record(private, [*pids, pid])
+    try:
+        record(private, [*pids, pid])
+    except OSError as exc:  # the job process alone keeps the folder from a sweep meanwhile
+        log.warning("could not record ray start's pid %d in %s: %s", pid, private / RECORD, exc)
 
 
 def remove(temp_dir: Path) -> None:

@@ -25,8 +25,10 @@ What the kit sets (each read in Ray 2.60's source):
 - ``--no-monitor`` (``ray start``'s hidden flag; ``RayParams.no_monitor``): no autoscaler process,
   so no autoscaler metrics server (a fixed-size Slurm allocation has nothing to scale).
 - ``DASHBOARD_METRIC_PORT`` = a port the kit reserved for the node: the dashboard head's Prometheus
-  server (started even with ``--include-dashboard=false``) gets a port of its own, bound to the node
-  address (loopback for one node; the job's address for several: Ray binds ``""`` there).
+  server (started even with ``--include-dashboard=false``) gets a port of its own. Ray binds it to
+  loopback when the node address is loopback (one node), else to every interface (``dashboard/head.py``
+  ``_setup_metrics``: no option); it serves the dashboard process's own counters (its CPU, memory,
+  request counts), not the job's.
 - ``RAY_enable_metrics_collection=0`` (:data:`METRICS_SWITCH`): the dashboard agent's metrics export
   (``--metrics-export-port``) is not started.
 """

@@ -205,6 +205,7 @@ class StandInTrainer:
         step_s: float = 0.1,
     ):
         cfg = _overrides(cmd)
+        self.env = dict(env)
         self.total = int(cfg["trainer.total_training_steps"])
         self.save_freq = int(cfg.get("trainer.save_freq", "-1"))
         self.ckpt = Path(cfg["trainer.default_local_dir"])

@@ -34,7 +34,7 @@ from types import SimpleNamespace
 
 from grpokit.runtime import control
 from grpokit.runtime.parts import Host
-from grpokit.runtime.processes import sidecars
+from grpokit.runtime.processes import ray_listen, sidecars
 from grpokit.slurm.stop_view import SlurmStopView
 
 #: Prefix of every thread a stand-in starts (the tests check none is left after the close).
@@ -63,6 +63,9 @@ class StandInCluster:
 
     def endpoints(self) -> dict:
         return {"address": self.address, "nodes": self.nodes}
+
+    def client_env(self) -> dict[str, str]:
+        return ray_listen.client_env(len(self.nodes) <= 1)
 
     def kill(self) -> None:
         """Ray's head dies (as when a node's raylet is OOM-killed)."""
@@ -202,6 +205,7 @@ class StandInTrainer:
         step_s: float = 0.1,
     ):
         cfg = _overrides(cmd)
+        self.env = dict(env)
         self.total = int(cfg["trainer.total_training_steps"])
         self.save_freq = int(cfg.get("trainer.save_freq", "-1"))
         self.ckpt = Path(cfg["trainer.default_local_dir"])

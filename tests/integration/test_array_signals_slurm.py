@@ -100,18 +100,20 @@ def wait_attempt_running(kit, run_dir: Path, attempt: int, timeout: float) -> No
 
 
 def temp_dirs(run_dir: Path) -> list[Path]:
-    """Every Ray temp dir the job's head and workers used (from their logged command lines)."""
+    """The private folder around every Ray temp dir the job's head and workers used (from their
+    logged command lines; ``--temp-dir=<private>/r``, :mod:`grpokit.runtime.processes.ray_temp`)."""
     found = set()
     for log in run_dir.glob("attempts/*/ray/*.log"):
         found |= set(re.findall(r"--temp-dir=(\S+)", log.read_text(errors="replace")))
     for log in run_dir.glob("attempts/*/driver.log"):
         found |= set(re.findall(r"--temp-dir=(\S+)", log.read_text(errors="replace")))
-    return sorted(Path(p) for p in found)
+    return sorted(Path(p).parent if Path(p).name == "r" else Path(p) for p in found)
 
 
 def assert_temp_dirs_gone(run_dir: Path, private_ok: bool = False) -> None:
-    """Every Ray temp dir of the job is removed (``private_ok``: or left with mode 700, for a
-    worker that Slurm SIGKILLed on scancel before it could clean up)."""
+    """Every Ray temp folder of the job is removed (``private_ok``: or left private, mode 700, for a
+    worker that Slurm SIGKILLed on scancel before it could clean up; the user's next Ray start on
+    that node removes it)."""
     dirs = temp_dirs(run_dir)
     assert dirs, "no Ray temp dir found in the logs"
     deadline = time.monotonic() + 20  # Slurm's step clean-up runs just after the job's end

@@ -148,6 +148,10 @@ def test_completion(tmp_path, bare_point, signal_handlers):
     assert timeline["first_generation_s"] is None and "first_generation" in timeline["not_seen"]
     env = json.loads((Path(spec.run_dir) / "env.json").read_text())["trainer_env"]  # what the job set
     assert env["VLLM_DISABLE_COMPILE_CACHE"] == "0" and env["VLLM_LOGGING_LEVEL"] == "INFO"
+    # the trainer joins the job's Ray as the cluster says (one node: on loopback, issue 36 item 4)
+    (trainer,) = r.trainers
+    assert trainer.env["RAY_ADDRESS"] == r.ray.clusters[0].address
+    assert trainer.env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
     assert_closed(r, spec, signal_handlers)
 
 

@@ -83,6 +83,58 @@ def test_a_folder_another_user_created_is_refused_with_the_fix(own_state):
     )
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another uid needs root")
+def test_a_default_folder_another_user_made_first_gives_the_job_a_private_folder_of_its_own(
+    tmp_path, monkeypatch, caplog
+):
+    """Issue 36 item 4: ``/tmp/grpokit-<uid>`` made first by uid 12345 is not a failure (it was, and
+    the job was tried again on the same node 60 s later): the job takes a folder of its own beside it."""
+    monkeypatch.delenv(node_state.ENV, raising=False)
+    monkeypatch.setattr(node_state, "_CHOSEN", {})
+    default = tmp_path / f"grpokit-{os.getuid()}"
+    default.mkdir(mode=0o777)
+    os.chown(default, 12345, 12345)
+    decoy = tmp_path / f"grpokit-{os.getuid()}-0000"  # sorts first, but it is not ours
+    decoy.mkdir(mode=0o777)
+    os.chown(decoy, 12345, 12345)
+    caplog.set_level("WARNING", logger=node_state.__name__)
+
+    chosen = node_state.choose(default)
+
+    st = os.lstat(chosen)
+    assert chosen.parent == tmp_path and chosen.name.startswith(f"grpokit-{os.getuid()}-") and chosen != decoy
+    assert stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) == 0o700
+    assert [r.getMessage() for r in caplog.records] == [
+        f"the kit's node state folder {default} belongs to uid 12345, not to you (uid {os.getuid()}): another user "
+        f"created it, so it cannot hold your jobs' port registry and locks; this job uses {chosen} instead (private "
+        f"to you; your other jobs on this node use it too); removing {default} (as its owner or root) gives the "
+        "default back"
+    ]
+    assert node_state.choose(default) == chosen and len(caplog.records) == 1, "chosen once per process"
+    monkeypatch.setattr(node_state, "_CHOSEN", {})  # another job of this user on the node: the same folder
+    assert node_state.choose(default) == chosen
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([default.name, decoy.name, chosen.name])
+    # what the job does with it: the start slot and the port registry live there, no error
+    monkeypatch.setattr(node_state, "default_dir", lambda uid=None: default)
+    monkeypatch.setattr(ports, "REGISTRY", None)
+    monkeypatch.setattr(ray_cluster, "START_LOCK", None)
+    assert ray_cluster.start_lock_path() == chosen / "ray-start.lock"
+    try:
+        ports.reserve_ports(1, host="127.0.0.1")
+        assert (chosen / "ports.json").exists()
+    finally:
+        ports.release_ports()
+
+
+def test_a_default_folder_that_is_a_file_also_gives_a_folder_of_its_own(tmp_path, monkeypatch):
+    monkeypatch.delenv(node_state.ENV, raising=False)
+    monkeypatch.setattr(node_state, "_CHOSEN", {})
+    default = tmp_path / "grpokit-7"
+    default.write_text("squatted")
+    chosen = node_state.choose(default)
+    assert chosen.is_dir() and not chosen.is_symlink() and chosen.name.startswith("grpokit-7-")
+
+
 def test_a_ray_start_refused_for_a_squatted_folder_says_why(own_state):
     own_state.write_text("not a folder")
     with pytest.raises(ray_cluster.RayStartError, match=r"^Ray head did not start on n1: the kit's node state folder"):

@@ -485,6 +485,7 @@ class Driver:
         endpoints = {"ray": self.cluster.endpoints(), "sidecars": {n: s.endpoint() for n, s in self.sidecars.items()}}
         write_json_atomic(self.folder.endpoints, endpoints)
         ray_env["RAY_ADDRESS"] = self.cluster.address
+        ray_env.update(self.cluster.client_env())  # a one-node Ray on loopback: its joiners too
         return ray_env
 
     def _show_wait(self, why: str | None) -> None:

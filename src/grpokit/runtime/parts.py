@@ -123,7 +123,8 @@ class Parts:
 
     validate: ``(spec) -> (verl config | None, problems)`` (:func:`grpokit.validate.validate_point`).
     start_ray: ``(**kwargs) -> cluster`` with ``address``, ``nodes``, ``head.pid``, ``alive()``,
-        ``endpoints()``, ``stop(grace_s)`` (:func:`grpokit.runtime.processes.ray_cluster.start_cluster`).
+        ``endpoints()``, ``client_env()``, ``stop(grace_s)``
+        (:func:`grpokit.runtime.processes.ray_cluster.start_cluster`).
     sidecars: ``plan_sidecars``, ``client_env``, ``start``, ``wait_ready``, ``stop`` as in
         :mod:`grpokit.runtime.processes.sidecars` (the module itself by default).
     start_trainer: ``(cmd, log_path, *, env, cwd) -> Trainer`` (:class:`TrainerProcess`).

@@ -21,18 +21,16 @@ import os
 import random
 import re
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from grpokit import procs
 from grpokit.runtime.decisions.start_errors import RayStartError, RayStartInterrupted
-from grpokit.runtime.processes import node_state, ports, ray_cli
+from grpokit.runtime.processes import node_state, ports, ray_cli, ray_listen, ray_temp
 from grpokit.slurm.nodes import srun_step
 from grpokit.slurm.task import JobEnv
 
@@ -51,30 +49,21 @@ _PORT_NAMES = (
     "dashboard_agent_grpc",
     "runtime_env_agent",
     "dashboard",
+    "dashboard_metrics",
 )
 
 
 def short_temp_dir() -> Path:
-    """A fresh private dir with a short path (Ray's socket paths must stay under 107 bytes).
+    """Ray's ``--temp-dir`` for a new start, in a folder only this user can enter
+    (:func:`grpokit.runtime.processes.ray_temp.new_temp_dir`; earlier ended starts' folders removed).
 
-    TMPDIR is ignored on purpose: clusters set it to long per-job paths.
+    Raises:
+        RayStartError: no writable short temp dir.
     """
-    for root in ("/tmp", "/dev/shm", tempfile.gettempdir()):
-        if os.access(root, os.W_OK) and len(root) < 40:
-            path = Path(tempfile.mkdtemp(prefix="rk", dir=root))
-            path.chmod(0o700)
-            return path
-    raise RayStartError("no writable short temp dir (/tmp, /dev/shm) for Ray's sockets")
-
-
-def restrict_temp_dir(path: Path) -> None:
-    """Give ``path`` back mode 700 when Ray has opened it up (Ray makes its temp dir mode 777, a
-    convention of its shared ``/tmp/ray``; this dir is the job's own)."""
     try:
-        if path.stat().st_mode & 0o077:
-            path.chmod(0o700)
-    except OSError:
-        pass
+        return ray_temp.new_temp_dir()
+    except ray_temp.NoTempDirError as exc:
+        raise RayStartError(str(exc)) from None
 
 
 def port_args(p: dict[str, int], worker_block_start: int, worker_ports: int = WORKER_PORT_BLOCK) -> list[str]:
@@ -92,23 +81,9 @@ def port_args(p: dict[str, int], worker_block_start: int, worker_ports: int = WO
     return args
 
 
-#: Ray's switch for its metrics agent (``RayConfig`` ``enable_metrics_collection``; with 0 the raylet
-#: starts the dashboard agent with ``--disable-metrics-collection``, which opens no Prometheus port).
-METRICS_SWITCH = "RAY_enable_metrics_collection"
-
-
-def metrics_env(env: dict[str, str]) -> dict[str, str]:
-    """``env`` with Ray's metrics export off unless the job set :data:`METRICS_SWITCH` itself.
-
-    Ray serves its Prometheus metrics without authentication on ``--metrics-export-port``, bound to
-    every interface unless the agent's node address is loopback (ray ``reporter_agent.py``:
-    ``address=get_localhost_ip() if is_localhost(ip) else ""``); measured with Ray 2.60, a head
-    started with ``--node-ip-address=127.0.0.1`` still gave its agent the host's address, and the
-    port listened on 0.0.0.0. So any user who reaches the node could read them, while the rest of the
-    job's Ray is token-authenticated. Nothing in verl reads them. ``runtime.env:
-    {RAY_enable_metrics_collection: "1"}`` turns them back on (as Ray binds them).
-    """
-    return env if METRICS_SWITCH in env else {**env, METRICS_SWITCH: "0"}
+#: Ray's metrics switch and environment (kept here for callers): :mod:`grpokit.runtime.processes.ray_listen`.
+METRICS_SWITCH = ray_listen.METRICS_SWITCH
+metrics_env = ray_listen.metrics_env
 
 
 def reserve_node_ports(host: str, worker_ports: int = WORKER_PORT_BLOCK) -> tuple[dict[str, int], int]:
@@ -155,6 +130,11 @@ class RayCluster:
             "nodes": self.nodes,
         }
 
+    def client_env(self) -> dict[str, str]:
+        """What a process that joins this Ray (verl's trainer) needs in its environment besides
+        ``RAY_ADDRESS`` and the token: :func:`grpokit.runtime.processes.ray_listen.client_env`."""
+        return ray_listen.client_env(len(self.nodes) <= 1)
+
     def alive(self) -> bool:
         return self.head.poll() is None and all(w.poll() is None for w in self.workers)
 
@@ -176,7 +156,7 @@ class RayCluster:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
         for proc in [*self.workers, self.head]:
             procs.stop_tree(proc.pid, grace_s, name="ray")
-        shutil.rmtree(self.temp_dir, ignore_errors=True)
+        ray_temp.remove(self.temp_dir)
 
 
 #: Ray's own start-up wait for its raylet is a fixed 30 s (ray/_private/node.py); on an overloaded
@@ -374,16 +354,18 @@ def start_cluster_once(
             component and node (``Ray head did not start on <node> within <s> s: <first error>``),
             the log tail follows.
     """
-    host = "127.0.0.1" if len(nodes) <= 1 else (multi_node_host or "127.0.0.1")
-    env = metrics_env(env)
+    one_node = len(nodes) <= 1
+    host = "127.0.0.1" if one_node else (multi_node_host or "127.0.0.1")
     temp_dir = short_temp_dir()
     try:
         node_ports, block = reserve_node_ports(host, worker_ports)
     except RuntimeError as exc:  # the node's ports are taken (many jobs): a node problem, like a failed start
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        ray_temp.remove(temp_dir)
         raise RayStartError(f"Ray head did not start on {nodes[0] if nodes else host}: {exc}") from None
     store_args = [f"--object-store-memory={object_store_bytes}"] if object_store_bytes else []
     address = f"{host}:{node_ports['gcs']}"
+    # where Ray listens (loopback for one node, no autoscaler or agent metrics): ray_listen's docstring
+    env = ray_listen.node_env(env, one_node=one_node, dashboard_metrics_port=node_ports["dashboard_metrics"])
     head_cmd = [
         *ray_cli.argv_prefix(),
         "start",
@@ -397,11 +379,13 @@ def start_cluster_once(
         f"--num-gpus={num_gpus}",
         f"--temp-dir={temp_dir}",
         "--disable-usage-stats",
+        ray_listen.NO_MONITOR,
         *store_args,
         *port_args(node_ports, block, worker_ports),
     ]
     log.info("ray head: %s", " ".join(head_cmd))
     head = procs.start(head_cmd, log_dir / "ray_head.log", env=env)
+    ray_temp.add_pid(temp_dir, head.pid)
     cluster = RayCluster(
         address=address,
         host=host,
@@ -441,7 +425,6 @@ def start_cluster_once(
             stop_requested=stop_requested,
             abort=abort,
         )
-        restrict_temp_dir(temp_dir)
     except BaseException:
         cluster.stop(grace_s=5)
         raise

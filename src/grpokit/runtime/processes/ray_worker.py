@@ -11,14 +11,14 @@ cleared when it ends:
   with it, before the save they were needed for.
 - On SIGUSR1 (the driver stopping this step: ``srun`` passes USR1 on, while it answers SIGTERM by
   SIGKILLing the step) or SIGTERM (Slurm ending the job) the Ray worker's process tree is stopped;
-  then Ray's temp dir, which Ray makes mode 777, is removed and the ports released. While Ray runs
-  the temp dir is kept at mode 700, so a worker SIGKILLed by Slurm leaves no world-writable dir.
+  then Ray's temp dir is removed with the private folder around it (:mod:`grpokit.runtime.processes.ray_temp`)
+  and the ports released. A worker SIGKILLed by Slurm leaves that folder (mode 700, never reachable by
+  another user); the next Ray start of the user on that node removes it.
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
 import signal
 import socket
 import subprocess
@@ -27,13 +27,12 @@ import time
 from pathlib import Path
 
 from grpokit import procs
-from grpokit.runtime.processes import ray_cli
+from grpokit.runtime.processes import ray_cli, ray_temp
 from grpokit.runtime.processes.ports import release_ports
 from grpokit.runtime.processes.ray_cluster import (
     WORKER_PORT_BLOCK,
     port_args,
     reserve_node_ports,
-    restrict_temp_dir,
     short_temp_dir,
 )
 
@@ -105,17 +104,16 @@ def supervise(cmd: list[str], temp_dir: Path, grace_s: float = STOP_GRACE_S) -> 
     try:
         if not stop:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, preexec_fn=_ray_child_setup)
+            ray_temp.add_pid(temp_dir, proc.pid)
             while proc.poll() is None and not stop:
-                restrict_temp_dir(temp_dir)
                 time.sleep(0.5)
             if proc.poll() is None:
-                restrict_temp_dir(temp_dir)
                 print(f"{signal.Signals(stop[0]).name}: stopping the Ray worker", flush=True)
                 procs.stop_tree(proc.pid, grace_s, name="ray worker")
             rc = proc.wait()
     finally:
         procs.stop_all_children(grace_s)
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        ray_temp.remove(temp_dir)
         release_ports()
     print(f"ray worker ended ({'stopped' if stop else f'exit {rc}'}); removed {temp_dir}", flush=True)
     return 0 if stop else rc

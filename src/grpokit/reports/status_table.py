@@ -20,12 +20,22 @@ from rich.text import Text
 from grpokit.reports.summary import last_reward, point_reason
 from grpokit.run_folder import startup_view
 from grpokit.run_folder.metrics import merge_attempts, val_acc_keys
-from grpokit.run_folder.point_state import WAITING_RUNG, at_rung, halving_final_target, point_state, rung_reason
+from grpokit.run_folder.point_state import (
+    WAITING_RUNG,
+    at_rung,
+    halving_final_target,
+    open_attempt_end,
+    point_state,
+    rung_reason,
+)
 from grpokit.run_folder.status_record import attempt_elapsed_s
 from grpokit.run_folder.sweep_reader import Point, Sweep
 from grpokit.slurm.job_states import SlurmJobState, job_states
 
 log = logging.getLogger(__name__)
+
+#: Shown states whose elapsed time still grows (an open attempt's end is not known yet).
+LIVE_STATES = ("queued", "running")
 
 STATE_STYLE = {
     "queued": "yellow",
@@ -90,12 +100,14 @@ def status_row(
         s = df[acc_keys[0]].dropna()
         val_acc = float(s.iloc[-1]) if len(s) else math.nan
     attempts = point.attempts
+    state = at_rung(point, point_state(point, slurm), final_target)
     elapsed: float | None = None
     if attempts:
-        elapsed = sum(attempt_elapsed_s(a, now) or 0.0 for a in attempts)
+        last_end = open_attempt_end(point, slurm) if state not in LIVE_STATES else None
+        elapsed = sum(attempt_elapsed_s(a, now) or 0.0 for a in attempts[:-1])
+        elapsed += attempt_elapsed_s(attempts[-1], last_end or now) or 0.0
     elif slurm is not None and slurm.elapsed_s:
         elapsed = slurm.elapsed_s
-    state = at_rung(point, point_state(point, slurm), final_target)
     step, target = (max(steps) if steps else None), target_step
     return StatusRow(
         index=point.index,

@@ -40,14 +40,16 @@ def point_reason(
     """Why the point is in its state, one line: the first line of status.json's ``reason`` (this
     job's; ``whole=True``: all its lines, e.g. the trainer.log lines it quotes), else Slurm's reason
     (a pending job's ``Priority``/``Resources``, an exit reason), else for ``unknown`` what is
-    missing. None when nothing says."""
+    missing. An attempt left open and decided from evidence (a kill, a cancel past KillWait) is
+    shown by its end's reason, not by the reason status.json held while it ran. None when nothing says."""
     state = state or point_state(point, slurm)
     status = point.status
+    verdict = open_attempt_verdict(point, slurm) if state not in ("queued", "running") else None
+    if verdict is not None:  # the attempt's end, not the reason status.json held while it ran
+        return verdict.reason
     own = str((status.reason if status is not None else None) or "").strip() if status_is_this_jobs(point) else ""
     if own:
         return own if whole else own.splitlines()[0]
-    if state not in ("queued", "running") and (verdict := open_attempt_verdict(point, slurm)) is not None:
-        return verdict.reason
     if slurm is not None and slurm.kit_state == "cancelled" and (not point.attempts or not status_is_this_jobs(point)):
         return "cancelled while pending"  # Slurm's Reason still says why it was pending (JobArrayTaskLimit)
     if slurm is not None and slurm.reason:

@@ -26,6 +26,7 @@ ENDPOINTS = "endpoints.json"
 GPU_PLAN = "gpu_plan.json"
 STATUS = "status.json"
 HEARTBEAT = "heartbeat.json"  # the driver's fixed-size liveness and outcome record (run_folder.heartbeat)
+ATTEMPT_END = "attempt_end.json"  # an open attempt's end as a reader first decided it (run_folder.attempt_end)
 METRICS = "metrics.jsonl"  # also each attempt's own file (verl's file logger)
 ATTEMPTS_DIR = "attempts"
 CHECKPOINTS = "checkpoints"
@@ -127,6 +128,7 @@ class RunFolder(_Folder):
     gpu_plan = property(lambda self: self.path / GPU_PLAN)
     status = property(lambda self: self.path / STATUS)
     heartbeat = property(lambda self: self.path / HEARTBEAT)
+    attempt_end = property(lambda self: self.path / ATTEMPT_END)
     metrics = property(lambda self: self.path / METRICS)
     attempts_dir = property(lambda self: self.path / ATTEMPTS_DIR)
     checkpoints = property(lambda self: self.path / CHECKPOINTS)

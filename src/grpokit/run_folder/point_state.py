@@ -9,6 +9,7 @@ not submitted | unknown; in a halving sweep, :func:`at_rung` shows a rung's ``co
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 from grpokit.run_folder.halving_record import HalvingRecordError, read_halving
 from grpokit.run_folder.liveness import Verdict, settle
 from grpokit.run_folder.states import FINAL_STATES
+from grpokit.run_folder.status_record import parse_time
 
 if TYPE_CHECKING:
     from grpokit.run_folder.status_record import PointStatus
@@ -76,6 +78,17 @@ def open_attempt_verdict(point: Point, slurm: SlurmJobState | None) -> Verdict |
     if not status_is_this_jobs(point):
         return None
     return settle(point, slurm)
+
+
+def open_attempt_end(point: Point, slurm: SlurmJobState | None) -> dt.datetime | None:
+    """When the point's open attempt ended, for a point shown final from evidence (the driver's last
+    heartbeat, recorded in ``attempt_end.json``): its elapsed time stops there. None when the last
+    attempt is closed (its own ``end`` counts) or nothing decided it over."""
+    attempts = point.attempts
+    if not attempts or not attempts[-1].is_open:
+        return None
+    verdict = open_attempt_verdict(point, slurm)
+    return parse_time(verdict.ended_at) if verdict is not None else None
 
 
 def point_state(point: Point, slurm: SlurmJobState | None) -> str:

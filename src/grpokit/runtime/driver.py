@@ -300,9 +300,10 @@ class Driver:
         return outcome
 
     # -- liveness ---------------------------------------------------------------------------------
-    def _previous_end(self) -> tuple[str, str] | None:
-        """``(ended_by, reason)`` of an attempt a kill left open, from its record or the stderr of
-        the job run that ran it (:func:`grpokit.run_folder.liveness.killed_attempt_reason`)."""
+    def _previous_end(self) -> liveness.AttemptEnd | None:
+        """The end of an attempt a kill left open: its record, the end a reader recorded (Slurm's
+        end state, the last beat) or the stderr of the job run that ran it
+        (:func:`grpokit.run_folder.liveness.killed_attempt_end`)."""
         record = self.status.record
         if record.last_attempt is None or not record.last_attempt.is_open:
             return None
@@ -311,12 +312,12 @@ class Driver:
             runs = liveness.stderr_runs(self.run_dir.parent, old_job)
             # This start's own run is the file's last when the open attempt was this same job's.
             previous = (runs[:-1] if old_job and old_job == self.host.task_id() else runs)[-1:] or [None]
-            found = liveness.killed_attempt_reason(self.run_dir, record, previous[0])
+            found = liveness.killed_attempt_end(self.run_dir, record, previous[0])
         except Exception:
             log.exception("could not read why attempt %d ended", len(record.attempts))
             return None
         if found is not None:
-            log.warning("attempt %d was left open: %s (%s)", len(record.attempts), found[1], found[0])
+            log.warning("attempt %d was left open: %s (%s)", len(record.attempts), found.reason, found.ended_by)
         return found
 
     def _node_failure(self) -> str | None:

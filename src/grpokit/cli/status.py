@@ -14,6 +14,9 @@ table in place every SECONDS and ends once every point is final (none queued, ru
 waiting_rung, nor a chained job). In a terminal, point, job, state and step are never cut, the reason
 takes what is left (cut with an ellipsis) and low-value columns (swept values, progress bar, ...)
 are left out when narrow; piped (not a terminal), every column and value is printed whole.
+Slurm is given 3 s in all: when slurmctld does not answer, the rows come from the run folders and a
+line under the table (on stderr with --json) says since when Slurm has not answered
+(<sweep>/slurm_unanswered.json keeps the first unanswered ask).
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ import sys
 import time
 from pathlib import Path
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
+from rich.text import Text
 
 from grpokit.reports.status_table import collect_rows, render_table, row_json
 from grpokit.run_folder.locate import sweep_folder_arg
@@ -43,12 +47,15 @@ LIVE_WORDS = frozenset({"queued", "running", "waiting_rung"})
 
 
 def build(sweep_dir: Path, width: int | None = None):
-    """The table for a terminal of ``width`` columns (None: not a terminal, every value whole), and
-    whether every point is final (none in :data:`LIVE_WORDS`, nor its chained job)."""
+    """The table for a terminal of ``width`` columns (None: not a terminal, every value whole), with
+    the line saying since when Slurm has not answered under it when it did not, and whether every
+    point is final (none in :data:`LIVE_WORDS`, nor its chained job)."""
     sweep = load_sweep(sweep_dir)
-    rows = collect_rows(sweep)
+    notes: list[str] = []
+    rows = collect_rows(sweep, notes=notes)
     final = not any(r.state in LIVE_WORDS or r.extra.get("chain") in LIVE_WORDS for r in rows)
-    return render_table(sweep, rows, width), final
+    table = render_table(sweep, rows, width)
+    return (Group(table, *(Text(n, style="yellow") for n in notes)) if notes else table), final
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,12 +87,15 @@ def main(argv: list[str] | None = None) -> int:
         return None if piped else console.width
 
     if args.json:
+        notes: list[str] = []
         try:
-            rows = collect_rows(load_sweep(args.sweep_dir))
+            rows = collect_rows(load_sweep(args.sweep_dir), notes=notes)
         except (FileNotFoundError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         print(json.dumps([row_json(r) for r in rows], indent=2, default=str))
+        for note in notes:  # stderr: stdout stays one JSON list
+            print(note, file=sys.stderr)
         return 0
     try:
         table, final = build(args.sweep_dir, table_width())

@@ -17,6 +17,7 @@ DRY_RUN = "dry_run.md"
 SUBMITIT_DIR = "submitit"
 HALVING = "halving.json"  # only with halving.rungs (grpokit.run_folder.halving_record)
 CHAIN = "chain.json"  # only with after=[...]: the chained jobs (grpokit.submit.chain)
+SLURM_SILENCE = "slurm_unanswered.json"  # since when Slurm has not answered status (run_folder.slurm_silence)
 
 # --- run folder: logs/<sweep_name>/<NNN>_<slug>/ ---
 POINT = "point.json"
@@ -94,6 +95,10 @@ class SweepFolder(_Folder):
     @property
     def chain(self) -> Path:
         return self.path / CHAIN
+
+    @property
+    def slurm_silence(self) -> Path:
+        return self.path / SLURM_SILENCE
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from grpokit.reports.summary import point_reason
 from grpokit.run_folder import heartbeat, liveness
 from grpokit.run_folder.attempt_end import AttemptEnd, read_end
 from grpokit.run_folder.liveness import Evidence, decide
-from grpokit.run_folder.point_state import point_state
+from grpokit.run_folder.point_state import ShownEvidence, point_state, shown_state
 from grpokit.run_folder.status_file import StatusFile
 from grpokit.run_folder.status_record import read_status
 from grpokit.run_folder.sweep_reader import Point
@@ -126,3 +126,16 @@ def test_revoked_is_cancelled_in_the_one_table():
     verdict = decide(Evidence(attempt=1, job_id="7", slurm_state="REVOKED", slurm_word="cancelled"))
     assert verdict.state == "cancelled"
     assert not hasattr(liveness, "_SLURM_WORD")  # no second table of Slurm's end states
+
+
+def test_the_shown_state_is_one_pure_function_of_the_evidence():
+    """:func:`shown_state` over the field report's sequence: status.json ``running`` (the driver was
+    killed), the verdict once decided, Slurm's answer then its absence; then a new attempt."""
+    killed = dict(recorded="running", this_jobs=True, submitted=True)
+    assert shown_state(ShownEvidence(**killed, slurm_word="failed", verdict="failed")) == "failed"
+    assert shown_state(ShownEvidence(**killed, slurm_word=None, verdict="failed")) == "failed"  # Slurm forgot
+    assert shown_state(ShownEvidence(**killed, slurm_word="unknown", verdict="failed")) == "failed"
+    # a new attempt started (a requeue, a resubmission): Slurm's live word, else status.json's
+    assert shown_state(ShownEvidence(**killed, slurm_word="running")) == "running"
+    assert shown_state(ShownEvidence(**killed, slurm_word=None)) == "running"
+    assert shown_state(ShownEvidence(**killed, slurm_word="queued", verdict="failed")) == "queued"

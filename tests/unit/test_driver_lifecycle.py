@@ -274,7 +274,7 @@ def test_sigterm_saves_then_decides(tmp_path, bare_point, signal_handlers, view,
 @pytest.mark.timeout(60)
 def test_a_cancel_is_closed_by_the_driver_within_kill_wait(tmp_path, bare_point, signal_handlers):
     """scancel (SIGTERM, Slurm does not requeue) of a trainer that ignores the save request, KillWait
-    10 s: the driver stops it at 3.5 s with 0.875 s graces and closes the attempt ``cancelled`` with
+    10 s: the driver stops it at 3.5 s with 0.58 s graces and closes the attempt ``cancelled`` with
     the cancel as the reason, well before Slurm's SIGKILL."""
     spec = make_spec(bare_point, tmp_path, steps=500)
     host = doubles.StandInHost(in_slurm=True, time_left_s=500, view=SlurmStopView(False, False))
@@ -293,7 +293,7 @@ def test_a_cancel_is_closed_by_the_driver_within_kill_wait(tmp_path, bare_point,
         "(resumes from the last one)"
     )
     assert r.attempt["reason"] == r.status["reason"]  # the cancel once, not twice
-    assert r.trainers[0].stop_graces and max(r.trainers[0].stop_graces) <= 0.875
+    assert r.trainers[0].stop_graces and max(r.trainers[0].stop_graces) <= 7 / 12
     assert closed_after_s < 10.0 - stop_decision.KILL_WAIT_MARGIN_S, f"closed {closed_after_s:.1f} s after SIGTERM"
     assert_closed(r, spec, signal_handlers, in_slurm=True)
 

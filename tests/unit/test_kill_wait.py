@@ -17,7 +17,6 @@ from grpokit.runtime.decisions.stop_decision import (
     KILL_WAIT_MARGIN_S,
     STOPS_AFTER_SIGTERM,
     StopRequest,
-    TermGrace,
     save_budget_s,
     sigterm_grace,
 )
@@ -39,19 +38,20 @@ def test_kill_wait_is_read_from_scontrol_show_config():
 @pytest.mark.parametrize(
     ("kill_wait_s", "in_slurm", "expected"),
     [
-        (10.0, True, TermGrace(7.0, 3.5, 0.875)),  # this cluster: closed 3 s before SIGKILL
-        (None, True, TermGrace(27.0, 13.5, 3.375)),  # unknown: Slurm's default KillWait, 30 s
-        (200.0, True, TermGrace(197.0, 137.0, 15.0)),  # a long KillWait: each stop keeps runtime.kill_grace_s
-        (2.0, True, TermGrace(1.0, 0.5, 0.125)),  # shorter than the margin: still a second
-        (None, False, TermGrace(None, 30.0, 15.0)),  # outside Slurm nothing kills the driver: as before
+        (10.0, True, (7.0, 3.5, 7.0 / 12)),  # this cluster: closed 3 s before SIGKILL
+        (None, True, (27.0, 13.5, 27.0 / 12)),  # unknown: Slurm's default KillWait, 30 s
+        (300.0, True, (297.0, 297.0 - 6 * 15.0, 15.0)),  # a long KillWait: each stop keeps runtime.kill_grace_s
+        (2.0, True, (1.0, 0.5, 1.0 / 12)),  # shorter than the margin: still a second
+        (None, False, (None, 30.0, 15.0)),  # outside Slurm nothing kills the driver: as before
     ],
 )
 def test_sigterm_grace_fits_kill_wait(kill_wait_s, in_slurm, expected):
     term = sigterm_grace(kill_wait_s, kill_grace_s=15.0, in_slurm=in_slurm)
-    assert term == expected
+    assert (term.total_s, term.save_s, term.stop_s) == pytest.approx(expected)
     if term.total_s is not None:
         assert term.save_s + STOPS_AFTER_SIGTERM * term.stop_s == pytest.approx(term.total_s)
         assert term.total_s <= max(1.0, (kill_wait_s or DEFAULT_KILL_WAIT_S) - KILL_WAIT_MARGIN_S)
+        assert term.save_s >= term.total_s / 2
 
 
 def test_the_save_budget_and_the_stops_follow_it():
@@ -61,7 +61,7 @@ def test_the_save_budget_and_the_stops_follow_it():
     usr2 = save_budget_s(signal.SIGUSR2, time_left_s=None, save_deadline_s=900, grace_s=15, term=term)
     assert usr2 == 900  # the warning's lead is not KillWait
     req = StopRequest(signal.SIGTERM, at=100.0, save_budget_s=term_budget, term=term)
-    assert (req.stop_grace_s, req.kill_at, req.deadline) == (0.875, 107.0, 103.5)
+    assert (req.stop_grace_s, req.kill_at, req.deadline) == (pytest.approx(7 / 12), 107.0, 103.5)
     warn = StopRequest(signal.SIGUSR2, at=100.0, save_budget_s=usr2, term=term)
     assert (warn.stop_grace_s, warn.kill_at) == (None, None)
 

@@ -170,8 +170,10 @@ MIN_SAVE_BUDGET_S = 5.0
 DEFAULT_KILL_WAIT_S = 30.0
 #: Seconds of KillWait kept for the driver's own close (heartbeat, status.json) and slurmstepd's timing.
 KILL_WAIT_MARGIN_S = 3.0
-#: Processes the driver stops one after another after a SIGTERM: trainer, sidecars, Ray, leftovers.
-STOPS_AFTER_SIGTERM = 4
+#: Grace periods the driver's close may wait through, one after another, after a SIGTERM: the trainer,
+#: the sidecars (one each, two planned), Ray's workers and its head, leftover processes. Most are
+#: short: Slurm's SIGTERM reached every process of the job at once.
+STOPS_AFTER_SIGTERM = 6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,9 +198,9 @@ def sigterm_grace(
 
     kill_wait_s: Slurm's KillWait (``scontrol show config``; None: unknown, Slurm's default
     :data:`DEFAULT_KILL_WAIT_S` is assumed). kill_grace_s: ``runtime.kill_grace_s``. Under Slurm,
-    ``KillWait - margin_s`` (at least 1 s) is split: each of the :data:`STOPS_AFTER_SIGTERM` process
-    stops gets ``min(kill_grace_s, total / 8)`` and the trainer's save the rest (KillWait 10 s: 7 s,
-    each stop 0.875 s, the save 3.5 s). Outside Slurm nothing kills the driver after a SIGTERM: the
+    ``KillWait - margin_s`` (at least 1 s) is split: each of the :data:`STOPS_AFTER_SIGTERM` grace
+    periods gets ``min(kill_grace_s, total / 12)`` and the trainer's save the rest, at least half
+    (KillWait 10 s: 7 s, each stop 0.58 s, the save 3.5 s). Outside Slurm nothing kills the driver after a SIGTERM: the
     save gets ``2 x kill_grace_s`` and each stop ``kill_grace_s``.
     """
     if not in_slurm:

@@ -16,8 +16,10 @@ import json
 import os
 import time
 
+import pytest
+
 from grpokit.reports.status_table import status_row
-from grpokit.reports.summary import point_reason
+from grpokit.reports.summary import gpu_hours, point_reason
 from grpokit.run_folder import heartbeat, liveness
 from grpokit.run_folder.attempt_end import AttemptEnd, read_end
 from grpokit.run_folder.liveness import Evidence, decide
@@ -41,7 +43,7 @@ def _killed_point(tmp_path, *, last_beat_s: float) -> Point:
         "".join(json.dumps({"step": s, "data": {}}) + "\n" for s in range(1, 27))
     )
     status = StatusFile(run)
-    status.start_attempt(target_step=40, slurm={"job_id": "52", "array_job_id": "51", "array_task_id": 0})
+    status.start_attempt(target_step=40, slurm={"job_id": "52", "array_job_id": "51", "array_task_id": 0, "gpus": 2})
     _rewrite_start(run, START)
     heartbeat.open_record(run, attempt=1, job_id="51_0", beat_s=30.0)  # stale after 180 s
     beat = time.time() - last_beat_s
@@ -89,6 +91,7 @@ def test_killed_point_stays_failed_with_the_same_reason_until_a_new_attempt(tmp_
     row = status_row(point, None, now=later)
     assert row.state == "failed" and row.eta_s is None
     assert abs(row.elapsed_s - (end - START).total_seconds()) < 1
+    assert gpu_hours(point, None, now=later) == pytest.approx((end - START).total_seconds() * 2 / 3600, abs=1e-3)
 
     # a new attempt (a resubmission: a new job) closes the killed one with Slurm's real end state
     status = StatusFile(point.run_dir)

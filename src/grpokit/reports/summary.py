@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from grpokit.run_folder.metrics import VAL_ACC_RE, val_acc_keys
-from grpokit.run_folder.point_state import open_attempt_verdict, point_state, status_is_this_jobs
+from grpokit.run_folder.point_state import open_attempt_end, open_attempt_verdict, point_state, status_is_this_jobs
 from grpokit.run_folder.status_record import Attempt, attempt_elapsed_s
 from grpokit.run_folder.sweep_reader import Point
 from grpokit.slurm.job_states import SlurmJobState
@@ -143,7 +143,8 @@ def gpu_hours(point: Point, slurm: SlurmJobState | None = None, now: datetime | 
     seconds x GPUs / 3600.
 
     Elapsed per attempt comes from status.json (the driver records Slurm's times); for a running
-    last attempt without ``elapsed_s``, Slurm's run time is used when known, else now - start.
+    last attempt without ``elapsed_s``, Slurm's run time is used when known, else now - start; an
+    open last attempt decided over (a killed driver) ends at its recorded end (the last heartbeat).
     GPUs come from status.json's ``slurm.gpus``. NaN when the GPU count is unknown.
     """
     gpus = point.gpus
@@ -157,6 +158,8 @@ def gpu_hours(point: Point, slurm: SlurmJobState | None = None, now: datetime | 
         running = i == len(attempts) - 1 and att.end is None and att.elapsed_s is None
         if running and slurm is not None and slurm.elapsed_s is not None and slurm.kit_state == "running":
             total += slurm.elapsed_s
+        elif running and (slurm is None or slurm.kit_state not in ("queued", "running")):
+            total += attempt_elapsed_s(att, open_attempt_end(point, slurm) or now) or 0.0
         else:
             total += attempt_elapsed_s(att, now) or 0.0
     return total * gpus / 3600.0

@@ -36,14 +36,16 @@ submitit opens it in append mode, so each start of the job adds a run to it) by 
 
 from __future__ import annotations
 
+import datetime as dt
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grpokit.run_folder.atomic import now
 from grpokit.run_folder.attempt_end import AttemptEnd, read_end, record_end
-from grpokit.run_folder.heartbeat import read_record
+from grpokit.run_folder.heartbeat import Record, read_record
 from grpokit.run_folder.layout import METRICS, RAY_DIR, SUBMITIT_DIR
 
 if TYPE_CHECKING:
@@ -388,11 +390,8 @@ def gather(point: Point, slurm: SlurmJobState | None, now_s: float | None = None
     )
 
 
-def _last_beat_at(record, now_s: float | None) -> str | None:
+def _last_beat_at(record: Record | None, now_s: float | None) -> str | None:
     """UTC ISO time of the record's last beat (its mtime), None without a record."""
-    import datetime as dt
-    import time
-
     if record is None:
         return None
     at = (time.time() if now_s is None else now_s) - record.age_s

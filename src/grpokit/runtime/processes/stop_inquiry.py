@@ -133,12 +133,15 @@ class StopInquiry:
         self.request = request = self._request(left, view)
         self._answered.set()
         log.info(
-            "Slurm task %s: own time left %s s, Slurm preempting it: %s, requeueing it: %s; save budget %.0f s",
+            "Slurm task %s: own time left %s s, Slurm preempting it: %s, requeueing it: %s; save budget %.1f s "
+            "(Slurm's KillWait %s s, each stop's grace %.2f s after SIGTERM)",
             self._host.task_id(),
             None if left is None else round(left),
             view.preempting,
             view.requeueing,
             request.save_budget_s,
+            "unknown" if self._kill_wait_s is None else f"{self._kill_wait_s:.0f}",
+            request.term.stop_s if request.term is not None else self._grace_s,
         )
 
 

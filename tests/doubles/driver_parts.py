@@ -218,6 +218,7 @@ class StandInTrainer:
         self.pid = os.getpid()
         self.returncode: int | None = None
         self.stop_calls = 0
+        self.stop_graces: list[float] = []  # the grace (s) of each stop
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"{THREAD_PREFIX}trainer", daemon=True)
         self.thread.start()
@@ -232,6 +233,7 @@ class StandInTrainer:
     def stop(self, grace_s: float) -> None:
         """SIGTERM's default action: the trainer dies at once (-15), where it is."""
         self.stop_calls += 1
+        self.stop_graces.append(grace_s)
         self._stop.set()
         self.thread.join(grace_s)
 
@@ -292,6 +294,7 @@ class StandInHost(Host):
         self._in_slurm = in_slurm
         self._time_left_s = time_left_s
         self._view = view or SlurmStopView(None, None)
+        self.kill_wait: float | None = None
         self.requeues = 0
         self.clean_ups = 0
         self.relays = 0
@@ -310,6 +313,9 @@ class StandInHost(Host):
 
     def stop_view(self) -> SlurmStopView:
         return self._view
+
+    def kill_wait_s(self) -> float | None:
+        return self.kill_wait  # Slurm's KillWait as given (None: unknown), never scontrol here
 
     def node_names(self) -> list[str]:
         return ["standin-node"]

@@ -27,7 +27,7 @@ import pytest
 
 from grpokit.config.point import PointSpec
 from grpokit.runtime import control
-from grpokit.runtime.decisions import checkpoints
+from grpokit.runtime.decisions import checkpoints, stop_decision
 from grpokit.runtime.driver import STOP_SIGNALS, Driver
 from grpokit.runtime.parts import Host, Parts
 from grpokit.runtime.processes import stop_inquiry
@@ -268,8 +268,37 @@ def test_sigterm_saves_then_decides(tmp_path, bare_point, signal_handlers, view,
     r = run_attempt(spec, host=host, script={2: _send(signal.SIGTERM)})
     assert (r.status["state"], r.attempt["ended_by"], r.code) == tuple(expected)
     assert host.requeues == 0, "on SIGTERM Slurm requeues (or not) by itself"
-    assert r.status["reason"] == "checkpointed step 2 on SIGTERM"
+    # a cancel's reason names the cancel (issue 36 item 7); a requeue's is the checkpoint
+    cancel = f"{why}; " if expected[0] == "cancelled" else ""
+    assert r.status["reason"] == f"{cancel}checkpointed step 2 on SIGTERM"
     assert r.attempt["reason"].startswith(why) and r.attempt["reason"].endswith("; checkpointed step 2 on SIGTERM")
+    assert_closed(r, spec, signal_handlers, in_slurm=True)
+
+
+@pytest.mark.timeout(60)
+def test_a_cancel_is_closed_by_the_driver_within_kill_wait(tmp_path, bare_point, signal_handlers):
+    """scancel (SIGTERM, Slurm does not requeue) of a trainer that ignores the save request, KillWait
+    10 s: the driver stops it at 3.5 s with 0.58 s graces and closes the attempt ``cancelled`` with
+    the cancel as the reason, well before Slurm's SIGKILL."""
+    spec = make_spec(bare_point, tmp_path, steps=500)
+    host = doubles.StandInHost(in_slurm=True, time_left_s=500, view=SlurmStopView(False, False))
+    host.kill_wait = 10.0
+    sent: list[float] = []
+
+    def cancel(_trainer):
+        sent.append(time.monotonic())
+        signal.raise_signal(signal.SIGTERM)
+
+    r = run_attempt(spec, host=host, script={2: cancel}, ignore_save=True)
+    closed_after_s = time.monotonic() - sent[0]
+    assert (r.status["state"], r.attempt["ended_by"], r.code) == ("cancelled", "cancelled", 1)
+    assert r.status["reason"] == (
+        "SIGTERM and Slurm does not requeue the job (scancel); stopped on SIGTERM without a new checkpoint "
+        "(resumes from the last one)"
+    )
+    assert r.attempt["reason"] == r.status["reason"]  # the cancel once, not twice
+    assert r.trainers[0].stop_graces and max(r.trainers[0].stop_graces) <= 7 / 12
+    assert closed_after_s < 10.0 - stop_decision.KILL_WAIT_MARGIN_S, f"closed {closed_after_s:.1f} s after SIGTERM"
     assert_closed(r, spec, signal_handlers, in_slurm=True)
 
 

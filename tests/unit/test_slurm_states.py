@@ -83,7 +83,7 @@ def test_order_asks_later_commands_only_for_the_rest(monkeypatch):
     calls = []
 
     def fake(name, answer):
-        def lookup(ids):
+        def lookup(ids, **_timeouts):
             calls.append((name, list(ids)))
             return {j: slurm_state.SlurmJobState(j, s, name) for j, s in answer.items()}
 

@@ -18,6 +18,9 @@ and step are never cut, the reason takes what is left (cut with an ellipsis) and
 (swept values, progress bar, ...) are left out when narrow; piped (not a terminal), every column
 and value is printed whole. A point's run folder (``logs/<sweep>/<NNN_point>``, holding point.json
 or status.json) shows that point's row of its sweep.
+Slurm is given 3 s in all: when slurmctld does not answer, the rows come from the run folders and a
+line under the table (on stderr with --json) says since when Slurm has not answered
+(<sweep>/slurm_unanswered.json keeps the first unanswered ask).
 """
 
 from __future__ import annotations
@@ -29,8 +32,9 @@ import sys
 import time
 from pathlib import Path
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
+from rich.text import Text
 
 from grpokit.paths import kit_command
 from grpokit.reports.status_table import collect_rows, render_table, row_json
@@ -78,13 +82,16 @@ def sweep_and_point(path: Path) -> tuple[Path, str | None]:
 
 
 def build(sweep_dir: Path, width: int | None = None, point: str | None = None):
-    """The table for a terminal of ``width`` columns (None: not a terminal, every value whole), and
-    whether every point is final (none in :data:`LIVE_WORDS`, nor its chained job). ``point``: only
-    the point whose run folder has that name."""
+    """The table for a terminal of ``width`` columns (None: not a terminal, every value whole), with
+    the line saying since when Slurm has not answered under it when it did not, and whether every
+    point is final (none in :data:`LIVE_WORDS`, nor its chained job). ``point``: only the point
+    whose run folder has that name."""
     sweep = load(sweep_dir, point)
-    rows = collect_rows(sweep)
+    notes: list[str] = []
+    rows = collect_rows(sweep, notes=notes)
     final = not any(r.state in LIVE_WORDS or r.extra.get("chain") in LIVE_WORDS for r in rows)
-    return render_table(sweep, rows, width), final
+    table = render_table(sweep, rows, width)
+    return (Group(table, *(Text(n, style="yellow") for n in notes)) if notes else table), final
 
 
 def _moved(sweep_dir: Path) -> str | None:
@@ -137,12 +144,15 @@ def main(argv: list[str] | None = None) -> int:
     if moved:  # the table still shows the points, read where they are now
         print(f"warning: {moved}", file=sys.stderr)
     if args.json:
+        notes: list[str] = []
         try:
-            rows = collect_rows(load(sweep_dir, point))
+            rows = collect_rows(load(sweep_dir, point), notes=notes)
         except (FileNotFoundError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         print(json.dumps([row_json(r) for r in rows], indent=2, default=str))
+        for note in notes:  # stderr: stdout stays one JSON list
+            print(note, file=sys.stderr)
         return 0
     try:
         table, final = build(sweep_dir, table_width(), point)

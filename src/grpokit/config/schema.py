@@ -395,7 +395,8 @@ class RuntimeConf(_Section):
     needs_gpu: bool = True
     # Seconds to wait for Ray (all nodes and their GPUs) before failing the job.
     ray_start_timeout_s: float = 180
-    # Seconds a stopped process gets between SIGTERM and SIGKILL.
+    # Seconds a stopped process gets between SIGTERM and SIGKILL (after Slurm's own SIGTERM, less:
+    # every stop fits into Slurm's KillWait, grpokit.runtime.decisions.stop_decision.sigterm_grace).
     kill_grace_s: float = 15
     # Time-limit (and hang) requeues allowed per point since its last resubmission; preemptions are
     # not bounded.

@@ -10,7 +10,7 @@ import logging
 import math
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from rich import box
 from rich.progress_bar import ProgressBar
@@ -20,12 +20,47 @@ from rich.text import Text
 from grpokit.reports.summary import last_reward, point_reason
 from grpokit.run_folder import startup_view
 from grpokit.run_folder.metrics import merge_attempts, val_acc_keys
-from grpokit.run_folder.point_state import WAITING_RUNG, at_rung, halving_final_target, point_state, rung_reason
+from grpokit.run_folder.point_state import (
+    WAITING_RUNG,
+    at_rung,
+    halving_final_target,
+    open_attempt_end,
+    point_state,
+    rung_reason,
+)
+from grpokit.run_folder.slurm_silence import note_answered, note_unanswered, silence_line
 from grpokit.run_folder.status_record import attempt_elapsed_s
 from grpokit.run_folder.sweep_reader import Point, Sweep, missing_reason
-from grpokit.slurm.job_states import SlurmJobState, job_states
+from grpokit.slurm import job_states as slurm_states
+from grpokit.slurm.job_states import SlurmJobState
 
 log = logging.getLogger(__name__)
+
+#: Shown states whose elapsed time still grows (an open attempt's end is not known yet).
+LIVE_STATES = ("queued", "running")
+#: Seconds ``status`` waits for Slurm's clients, all together: when slurmctld does not answer, the
+#: rows come from the run folders and the command still returns within 5 s.
+SLURM_BUDGET_S = 3.0
+
+
+def job_states(job_ids: list[str]) -> dict[str, SlurmJobState]:
+    """Slurm's answer for ``status`` (:func:`grpokit.slurm.job_states.job_states` within
+    :data:`SLURM_BUDGET_S`); its ``unanswered`` says when slurmctld did not answer."""
+    return slurm_states.job_states(job_ids, budget_s=SLURM_BUDGET_S)
+
+
+def slurm_note(sweep_dir, asked: bool, states, now: datetime | None = None) -> str | None:
+    """The line saying since when Slurm has not answered (``<sweep>/slurm_unanswered.json`` keeps the
+    first unanswered ask), None when it answered or was not asked; an answer ends the silence."""
+    if not asked:
+        return None
+    unanswered = getattr(states, "unanswered", None)
+    if not unanswered:
+        note_answered(sweep_dir)
+        return None
+    now = now or datetime.now(UTC)
+    return silence_line(note_unanswered(sweep_dir, unanswered, now), now, unanswered)
+
 
 STATE_STYLE = {
     "queued": "yellow",
@@ -90,12 +125,14 @@ def status_row(
         s = df[acc_keys[0]].dropna()
         val_acc = float(s.iloc[-1]) if len(s) else math.nan
     attempts = point.attempts
+    state = at_rung(point, point_state(point, slurm), final_target)
     elapsed: float | None = None
     if attempts:
-        elapsed = sum(attempt_elapsed_s(a, now) or 0.0 for a in attempts)
+        last_end = open_attempt_end(point, slurm) if state not in LIVE_STATES else None
+        elapsed = sum(attempt_elapsed_s(a, now) or 0.0 for a in attempts[:-1])
+        elapsed += attempt_elapsed_s(attempts[-1], last_end or now) or 0.0
     elif slurm is not None and slurm.elapsed_s:
         elapsed = slurm.elapsed_s
-    state = at_rung(point, point_state(point, slurm), final_target)
     step, target = (max(steps) if steps else None), target_step
     return StatusRow(
         index=point.index,
@@ -136,13 +173,17 @@ def eta_s(df, step: int | None, target: int | None, last: int = 5) -> float | No
     return max(0, target - step) * float(times.median())
 
 
-def collect_rows(sweep: Sweep, now: datetime | None = None) -> list[StatusRow]:
+def collect_rows(sweep: Sweep, now: datetime | None = None, notes: list[str] | None = None) -> list[StatusRow]:
     """Rows for every point; Slurm is asked once for all job ids (the chained jobs' too: with
-    ``after=[...]`` each row's ``extra`` holds :func:`grpokit.reports.chain_view.chain_columns`)."""
+    ``after=[...]`` each row's ``extra`` holds :func:`grpokit.reports.chain_view.chain_columns`).
+    notes: gets :func:`slurm_note`'s line when Slurm did not answer."""
     from grpokit.reports.chain_view import chain_columns, chain_job_ids, read_sweep_chain
 
     chain = read_sweep_chain(sweep.path)
-    states = job_states([p.job_id for p in sweep.points if p.job_id] + chain_job_ids(chain))
+    ids = [p.job_id for p in sweep.points if p.job_id] + chain_job_ids(chain)
+    states = job_states(ids)
+    if (line := slurm_note(sweep.path, bool(ids), states)) is not None and notes is not None:
+        notes.append(line)
     final = halving_final_target(sweep.path)
     rows = [status_row(p, states.get(p.job_id) if p.job_id else None, now, final) for p in sweep.points]
     for row in rows:

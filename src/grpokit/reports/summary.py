@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from grpokit.run_folder.metrics import VAL_ACC_RE, val_acc_keys
-from grpokit.run_folder.point_state import open_attempt_verdict, point_state, status_is_this_jobs
+from grpokit.run_folder.point_state import open_attempt_end, open_attempt_verdict, point_state, status_is_this_jobs
 from grpokit.run_folder.status_record import Attempt, attempt_elapsed_s
 from grpokit.run_folder.sweep_reader import Point
 from grpokit.slurm.job_states import SlurmJobState
@@ -40,14 +40,16 @@ def point_reason(
     """Why the point is in its state, one line: the first line of status.json's ``reason`` (this
     job's; ``whole=True``: all its lines, e.g. the trainer.log lines it quotes), else Slurm's reason
     (a pending job's ``Priority``/``Resources``, an exit reason), else for ``unknown`` what is
-    missing. None when nothing says."""
+    missing. An attempt left open and decided from evidence (a kill, a cancel past KillWait) is
+    shown by its end's reason, not by the reason status.json held while it ran. None when nothing says."""
     state = state or point_state(point, slurm)
     status = point.status
+    verdict = open_attempt_verdict(point, slurm) if state not in ("queued", "running") else None
+    if verdict is not None:  # the attempt's end, not the reason status.json held while it ran
+        return verdict.reason
     own = str((status.reason if status is not None else None) or "").strip() if status_is_this_jobs(point) else ""
     if own:
         return own if whole else own.splitlines()[0]
-    if state not in ("queued", "running") and (verdict := open_attempt_verdict(point, slurm)) is not None:
-        return verdict.reason
     if slurm is not None and slurm.kit_state == "cancelled" and (not point.attempts or not status_is_this_jobs(point)):
         return "cancelled while pending"  # Slurm's Reason still says why it was pending (JobArrayTaskLimit)
     if slurm is not None and slurm.reason:
@@ -141,7 +143,8 @@ def gpu_hours(point: Point, slurm: SlurmJobState | None = None, now: datetime | 
     seconds x GPUs / 3600.
 
     Elapsed per attempt comes from status.json (the driver records Slurm's times); for a running
-    last attempt without ``elapsed_s``, Slurm's run time is used when known, else now - start.
+    last attempt without ``elapsed_s``, Slurm's run time is used when known, else now - start; an
+    open last attempt decided over (a killed driver) ends at its recorded end (the last heartbeat).
     GPUs: :attr:`~grpokit.run_folder.sweep_reader.Point.gpus` (status.json's ``slurm.gpus`` per
     node x the nodes of ``slurm.nodelist``). NaN when the GPU count is unknown.
     """
@@ -156,6 +159,8 @@ def gpu_hours(point: Point, slurm: SlurmJobState | None = None, now: datetime | 
         running = i == len(attempts) - 1 and att.end is None and att.elapsed_s is None
         if running and slurm is not None and slurm.elapsed_s is not None and slurm.kit_state == "running":
             total += slurm.elapsed_s
+        elif running and (slurm is None or slurm.kit_state not in ("queued", "running")):
+            total += attempt_elapsed_s(att, open_attempt_end(point, slurm) or now) or 0.0
         else:
             total += attempt_elapsed_s(att, now) or 0.0
     return total * gpus / 3600.0

@@ -17,6 +17,7 @@ DRY_RUN = "dry_run.md"
 SUBMITIT_DIR = "submitit"
 HALVING = "halving.json"  # only with halving.rungs (grpokit.run_folder.halving_record)
 CHAIN = "chain.json"  # only with after=[...]: the chained jobs (grpokit.submit.chain)
+SLURM_SILENCE = "slurm_unanswered.json"  # since when Slurm has not answered status (run_folder.slurm_silence)
 
 # --- run folder: logs/<sweep_name>/<NNN>_<slug>/ ---
 POINT = "point.json"
@@ -26,6 +27,7 @@ ENDPOINTS = "endpoints.json"
 GPU_PLAN = "gpu_plan.json"
 STATUS = "status.json"
 HEARTBEAT = "heartbeat.json"  # the driver's fixed-size liveness and outcome record (run_folder.heartbeat)
+ATTEMPT_END = "attempt_end.json"  # an open attempt's end as a reader first decided it (run_folder.attempt_end)
 METRICS = "metrics.jsonl"  # also each attempt's own file (verl's file logger)
 ATTEMPTS_DIR = "attempts"
 CHECKPOINTS = "checkpoints"
@@ -94,6 +96,10 @@ class SweepFolder(_Folder):
     def chain(self) -> Path:
         return self.path / CHAIN
 
+    @property
+    def slurm_silence(self) -> Path:
+        return self.path / SLURM_SILENCE
+
 
 @dataclass(frozen=True)
 class AttemptFolder(_Folder):
@@ -127,6 +133,7 @@ class RunFolder(_Folder):
     gpu_plan = property(lambda self: self.path / GPU_PLAN)
     status = property(lambda self: self.path / STATUS)
     heartbeat = property(lambda self: self.path / HEARTBEAT)
+    attempt_end = property(lambda self: self.path / ATTEMPT_END)
     metrics = property(lambda self: self.path / METRICS)
     attempts_dir = property(lambda self: self.path / ATTEMPTS_DIR)
     checkpoints = property(lambda self: self.path / CHECKPOINTS)

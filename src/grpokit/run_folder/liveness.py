@@ -14,8 +14,15 @@ Slurm says the job ended (COMPLETED aside)                  final, the cause fro
                                                             stderr, else Slurm's exit code/state
 Slurm does not know the job, the heartbeat is stale         final, the cause from submitit's
                                                             stderr, else "no heartbeat for N s"
+a reader already decided this attempt (``attempt_end.json``)  that verdict, the same reason (unless
+                                                            Slurm holds the job queued or running)
 Slurm does not know the job, heartbeat fresh or missing     none: nothing proves the driver gone
 ==========================================================  ======================================
+
+The first final verdict decided from Slurm's answer or a stale heartbeat is recorded
+(:mod:`grpokit.run_folder.attempt_end`, by :func:`settle`): once shown final, the point stays final
+with the same reason when Slurm forgets the job, until a new attempt of it starts. Slurm's end
+state words are one table, :data:`grpokit.slurm.job_states.KIT_STATE` (``REVOKED`` is ``cancelled``).
 
 The reason reads ``<cause> at step <S>; last checkpoint step <C>`` (``killed (signal 9) at step 16;
 last checkpoint step 15``). A final verdict is one of the resubmittable words (``failed``,
@@ -29,12 +36,16 @@ submitit opens it in append mode, so each start of the job adds a run to it) by 
 
 from __future__ import annotations
 
+import datetime as dt
 import re
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from grpokit.run_folder.heartbeat import read_record
+from grpokit.run_folder.atomic import now
+from grpokit.run_folder.attempt_end import AttemptEnd, read_end, record_end
+from grpokit.run_folder.heartbeat import Record, read_record
 from grpokit.run_folder.layout import METRICS, RAY_DIR, SUBMITIT_DIR
 
 if TYPE_CHECKING:
@@ -55,7 +66,6 @@ _TASK_SIGNAL = re.compile(r"srun: error: (\S+): tasks? [\d,-]+: (" + "|".join(_S
 _SHELL_SIGNAL = re.compile(r"line \d+: +\d+ (" + "|".join(_SIGNALS) + r")\b")
 _TASK_EXIT = re.compile(r"srun: error: (\S+): tasks? [\d,-]+: Exited with exit code (\d+)")
 _OOM = re.compile(r"oom[-_]kill event|Out Of Memory|OUT_OF_MEMORY", re.IGNORECASE)
-_SLURM_WORD = {"CANCELLED": "cancelled", "TIMEOUT": "timeout", "DEADLINE": "timeout", "PREEMPTED": "preempted"}
 _LIVE = ("queued", "running")
 
 
@@ -190,6 +200,8 @@ class Evidence:
     stderr: the cause in submitit's stderr for this run. last_step: the attempt's last logged step;
     checkpoint_step: verl's tracker in the checkpoint folder (None: absent or unreadable, e.g.
     emptied by a kill during its write); checkpoint_folders: ``global_step_*`` folders exist.
+    settled: this attempt's end as a reader first decided it (``attempt_end.json``), None when none.
+    last_beat_at: UTC ISO time of the driver's last heartbeat (None: no record of this attempt).
     """
 
     attempt: int
@@ -205,14 +217,21 @@ class Evidence:
     last_step: int | None = None
     checkpoint_step: int | None = None
     checkpoint_folders: bool = False
+    settled: AttemptEnd | None = None
+    last_beat_at: str | None = None
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """The decided attempt: ``state`` (a point state word) and ``reason`` (one line)."""
+    """The decided attempt: ``state`` (a point state word) and ``reason`` (one line); ``ended_by``
+    the next start closes it with; ``slurm_state`` Slurm's end state (None: Slurm did not say);
+    ``ended_at`` when the driver was last seen (UTC ISO time; None: unknown)."""
 
     state: str
     reason: str
+    ended_by: str = field(default="killed", compare=False)
+    slurm_state: str | None = field(default=None, compare=False)
+    ended_at: str | None = field(default=None, compare=False)
 
 
 def _where(ev: Evidence) -> str:
@@ -243,6 +262,9 @@ def decide(ev: Evidence) -> Verdict | None:
         return Verdict(_outcome_word(ev.outcome), str(ev.outcome.get("reason") or "").strip().split("\n")[0])
     if slurm_word in _LIVE:
         return None
+    if ev.settled is not None:
+        s = ev.settled
+        return Verdict(s.state, s.reason, s.ended_by, s.slurm_state, s.end)
     if slurm_word is not None and slurm_word != "unknown":
         if slurm_word == "completed":
             return None  # exit 0 without an outcome: the status reports say what is missing
@@ -250,18 +272,20 @@ def decide(ev: Evidence) -> Verdict | None:
             ev.stderr
             or _STATE_CAUSE.get(ev.slurm_state or "")
             or exit_code_cause(ev.slurm_exit_code)
-            or Cause(_SLURM_WORD.get(ev.slurm_state or "", "failed"), f"Slurm: {ev.slurm_state}")
+            or Cause(slurm_word, f"Slurm: {ev.slurm_state}")
         )
-        word = cause.word if cause.word != "failed" else _SLURM_WORD.get(ev.slurm_state or "", "failed")
-        return Verdict(word, f"{cause.text}{_where(ev)} (job {ev.job_id}, Slurm: {ev.slurm_state})")
+        word = cause.word if cause.word != "failed" else slurm_word  # Slurm's word: KIT_STATE, one table
+        reason = f"{cause.text}{_where(ev)} (job {ev.job_id}, Slurm: {ev.slurm_state})"
+        return Verdict(word, reason, cause.ended_by, ev.slurm_state, ev.last_beat_at)
     if ev.beat_age_s is None or ev.stale_after_s is None or ev.beat_age_s <= ev.stale_after_s:
         return None
     gone = f"no heartbeat for {ev.beat_age_s:.0f} s" + (
         f" and Slurm no longer knows job {ev.job_id}" if ev.job_id else ", a run outside Slurm"
     )
     if ev.stderr is not None:
-        return Verdict(ev.stderr.word, f"{ev.stderr.text}{_where(ev)} ({gone})")
-    return Verdict("failed", f"driver gone{_where(ev)} ({gone})")
+        cause = ev.stderr
+        return Verdict(cause.word, f"{cause.text}{_where(ev)} ({gone})", cause.ended_by, None, ev.last_beat_at)
+    return Verdict("failed", f"driver gone{_where(ev)} ({gone})", "killed", None, ev.last_beat_at)
 
 
 # -- the evidence, read from the run folder ---------------------------------------------------------
@@ -344,6 +368,7 @@ def gather(point: Point, slurm: SlurmJobState | None, now_s: float | None = None
     runs = stderr_runs(Path(point.run_dir).parent, job_id) if needs_stderr else []
     recorded_step = point.status.last_step if point.status is not None else None
     last = _tail_step(Path(point.run_dir) / "attempts" / str(number) / METRICS)
+    settled = read_end(point.run_dir, number)
     return Evidence(
         attempt=number,
         job_id=job_id,
@@ -360,32 +385,76 @@ def gather(point: Point, slurm: SlurmJobState | None, now_s: float | None = None
         last_step=last if last is not None else recorded_step,
         checkpoint_step=checkpoint_step(Path(point.run_dir)),
         checkpoint_folders=has_step_folders(Path(point.run_dir)),
+        settled=settled,
+        last_beat_at=_last_beat_at(record, now_s),
     )
+
+
+def _last_beat_at(record: Record | None, now_s: float | None) -> str | None:
+    """UTC ISO time of the record's last beat (its mtime), None without a record."""
+    if record is None:
+        return None
+    at = (time.time() if now_s is None else now_s) - record.age_s
+    return dt.datetime.fromtimestamp(at, dt.UTC).isoformat(timespec="seconds")
 
 
 def settle(point: Point, slurm: SlurmJobState | None) -> Verdict | None:
     """:func:`decide` on the point's open attempt (None: closed, or nothing proves it over). While
-    Slurm holds the job only the record is read (its outcome is the one thing that decides then)."""
+    Slurm holds the job only the record is read (its outcome is the one thing that decides then).
+    A final verdict decided from Slurm's answer or a stale heartbeat is recorded once
+    (:func:`grpokit.run_folder.attempt_end.record_end`): later reads show the same verdict."""
     if slurm is not None and slurm.kit_state in _LIVE:
         record = read_record(point.run_dir)
         if record is None or record.outcome is None:
             return None
     evidence = gather(point, slurm)
-    return decide(evidence) if evidence is not None else None
+    verdict = decide(evidence) if evidence is not None else None
+    if verdict is not None and evidence.outcome is None and evidence.settled is None:
+        end = AttemptEnd(
+            attempt=evidence.attempt,
+            state=verdict.state,
+            reason=verdict.reason,
+            ended_by=verdict.ended_by,
+            job_id=evidence.job_id,
+            slurm_state=verdict.slurm_state,
+            end=verdict.ended_at or now(),
+        )
+        record_end(point.run_dir, end)
+        verdict = Verdict(end.state, end.reason, end.ended_by, end.slurm_state, end.end)
+    return verdict
 
 
 def killed_attempt_reason(run_dir: Path, status: PointStatus, previous_run: list[str] | None) -> tuple[str, str] | None:
-    """``(ended_by, reason)`` for the attempt a new start finds open: the record's outcome when
-    the driver wrote one, else the cause in the previous run's stderr (``previous_run``) or, for a
-    node failure, the attempt's Ray logs (:func:`run_cause`), with the step and checkpoint; None
-    when nothing says. ``ended_by`` is ``node_failed`` for a node failure, else ``killed``."""
+    """``(ended_by, reason)`` of :func:`killed_attempt_end`; None when nothing says."""
+    end = killed_attempt_end(run_dir, status, previous_run)
+    return (end.ended_by, end.reason) if end is not None else None
+
+
+def killed_attempt_end(run_dir: Path, status: PointStatus, previous_run: list[str] | None) -> AttemptEnd | None:
+    """The end of the attempt a new start finds open: the record's outcome when the driver wrote
+    one; else the end a reader recorded (``attempt_end.json``: Slurm's end state, e.g. ``FAILED``,
+    and the driver's last beat); else the cause in the previous run's stderr (``previous_run``) or,
+    for a node failure, the attempt's Ray logs (:func:`run_cause`), with the step and checkpoint,
+    ending at the driver's last beat. None when nothing says. ``ended_by`` is ``node_failed`` for a
+    node failure, else ``killed``."""
     attempts = status.attempts
     if not attempts or not attempts[-1].is_open:
         return None
     number = len(attempts)
     record = read_record(run_dir)
-    if record is not None and record.fields.get("attempt") == number and record.outcome is not None:
-        return str(record.outcome.get("ended_by") or "failed"), str(record.outcome.get("reason") or "")
+    if record is not None and record.fields.get("attempt") != number:
+        record = None
+    if record is not None and record.outcome is not None:
+        outcome = record.outcome
+        return AttemptEnd(
+            number,
+            str(outcome.get("state") or "failed"),
+            str(outcome.get("reason") or ""),
+            str(outcome.get("ended_by") or "failed"),
+            end=record.fields.get("closed"),
+        )
+    if (settled := read_end(run_dir, number)) is not None:
+        return settled
     cause = run_cause(previous_run or [], Path(run_dir) / "attempts" / str(number))
     if cause is None:
         return None
@@ -395,4 +464,4 @@ def killed_attempt_reason(run_dir: Path, status: PointStatus, previous_run: list
         checkpoint_step=checkpoint_step(Path(run_dir)),
         checkpoint_folders=has_step_folders(Path(run_dir)),
     )
-    return cause.ended_by, f"{cause.text}{_where(ev)}"
+    return AttemptEnd(number, cause.word, f"{cause.text}{_where(ev)}", cause.ended_by, end=_last_beat_at(record, None))

@@ -9,13 +9,16 @@ not submitted | unknown; in a halving sweep, :func:`at_rung` shows a rung's ``co
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grpokit.run_folder.halving_record import HalvingRecordError, read_halving
 from grpokit.run_folder.liveness import Verdict, settle
 from grpokit.run_folder.states import FINAL_STATES
+from grpokit.run_folder.status_record import parse_time
 
 if TYPE_CHECKING:
     from grpokit.run_folder.status_record import PointStatus
@@ -78,9 +81,90 @@ def open_attempt_verdict(point: Point, slurm: SlurmJobState | None) -> Verdict |
     return settle(point, slurm)
 
 
+def open_attempt_end(point: Point, slurm: SlurmJobState | None) -> dt.datetime | None:
+    """When the point's open attempt ended, for a point shown final from evidence (the driver's last
+    heartbeat, recorded in ``attempt_end.json``): its elapsed time stops there. None when the last
+    attempt is closed (its own ``end`` counts) or nothing decided it over."""
+    attempts = point.attempts
+    if not attempts or not attempts[-1].is_open:
+        return None
+    verdict = open_attempt_verdict(point, slurm)
+    return parse_time(verdict.ended_at) if verdict is not None else None
+
+
+@dataclass(frozen=True)
+class ShownEvidence:
+    """What decides a point's shown state (:func:`shown_state`), read by :func:`evidence`.
+
+    recorded: status.json's ``state`` (None: no file). own_final: the final word the job recorded
+    for itself, its last attempt closed, this job's (:func:`_own_final_word`; None otherwise).
+    ended_by: the last attempt's ``ended_by``. this_jobs: status.json was written by the job the
+    manifest names (:func:`status_is_this_jobs`). submitted: the manifest names a Slurm job.
+    slurm_word: Slurm's answer as the kit's word (``SlurmJobState.kit_state``; None: no answer, and
+    ``unknown`` counts as none). verdict: the state decided from evidence for an open attempt
+    (:func:`grpokit.run_folder.liveness.settle`: the driver's record, a recorded end, Slurm's end
+    state, a stale heartbeat; None: closed, or nothing proves it over).
+    """
+
+    recorded: str | None = None
+    own_final: str | None = None
+    ended_by: str | None = None
+    this_jobs: bool = True
+    submitted: bool = False
+    slurm_word: str | None = None
+    verdict: str | None = None
+
+
+def shown_state(ev: ShownEvidence) -> str:
+    """The point's state word from its evidence, pure (see :func:`point_state` for the rules)."""
+    word = ev.slurm_word if ev.slurm_word != "unknown" else None
+    if word is not None:
+        if word == "running" and ev.own_final is not None:
+            return ev.own_final  # outcome written, the job is only cleaning up
+        if word in ("queued", "running"):
+            return word
+        if ev.own_final is not None:
+            return ev.own_final
+        if ev.verdict is not None:
+            return ev.verdict
+        if ev.ended_by in ("timeout", "preempted") and ev.this_jobs:
+            return ev.ended_by
+        if word == "completed":
+            return "unknown"  # Slurm's exit 0, but the job wrote no outcome: nothing says it trained
+        return word
+    if ev.own_final is not None:
+        return ev.own_final
+    if ev.verdict is not None:
+        return ev.verdict
+    if ev.recorded == "requeued" and not ev.submitted and ev.ended_by in ("timeout", "preempted"):
+        return ev.ended_by  # a local run stopped with a checkpoint: nothing requeues it but a re-run
+    if ev.recorded in STATUS_WORD:
+        return STATUS_WORD[ev.recorded]
+    return "unknown" if ev.submitted else "not submitted"
+
+
+def evidence(point: Point, slurm: SlurmJobState | None) -> ShownEvidence:
+    """:class:`ShownEvidence` of a point: its status.json, Slurm's answer and, for an open attempt
+    Slurm does not hold, the verdict from the run folder's evidence (files read only then)."""
+    attempts = point.attempts
+    own = _own_final_word(point)
+    word = slurm.kit_state if slurm is not None else None
+    needs_verdict = own is None and word not in ("queued", "running")
+    verdict = open_attempt_verdict(point, slurm if word != "unknown" else None) if needs_verdict else None
+    return ShownEvidence(
+        recorded=point.status.state if point.status is not None else None,
+        own_final=own,
+        ended_by=attempts[-1].ended_by if attempts else None,
+        this_jobs=status_is_this_jobs(point),
+        submitted=bool(point.job_id),
+        slurm_word=word,
+        verdict=verdict.state if verdict is not None else None,
+    )
+
+
 def point_state(point: Point, slurm: SlurmJobState | None) -> str:
     """queued | running | completed | failed | preempted | timeout | cancelled | skipped_no_gpu |
-    pruned | not submitted | unknown.
+    pruned | not submitted | unknown: :func:`shown_state` of the point's :func:`evidence`.
 
     A live Slurm state (queued/running) wins: status.json lags behind the scheduler; except that a
     job still RUNNING whose own status.json already records a final state with its attempt closed
@@ -94,37 +178,10 @@ def point_state(point: Point, slurm: SlurmJobState | None) -> str:
     recorded no outcome at all is ``unknown`` (see :func:`grpokit.reports.summary.point_reason`).
     Without Slurm's answer (job aged out, no accounting, a local run) status.json decides. An
     attempt status.json leaves open once Slurm ended or forgot the job is decided from evidence
-    (:func:`open_attempt_verdict`: the driver's heartbeat and record, submitit's stderr, Slurm's
-    exit code).
+    (:func:`open_attempt_verdict`: the driver's heartbeat and record, a recorded end, submitit's
+    stderr, Slurm's exit code); once decided final it stays so until a new attempt starts.
     """
-    attempts = point.attempts
-    ended_by = attempts[-1].ended_by if attempts else None
-    own = _own_final_word(point)
-    if slurm is not None and slurm.kit_state != "unknown":
-        word = slurm.kit_state
-        if word == "running" and own is not None:
-            return own  # outcome written, the job is only cleaning up
-        if word in ("queued", "running"):
-            return word
-        if own is not None:
-            return own
-        if (verdict := open_attempt_verdict(point, slurm)) is not None:
-            return verdict.state
-        if ended_by in ("timeout", "preempted") and status_is_this_jobs(point):
-            return ended_by
-        if word == "completed":
-            return "unknown"  # Slurm's exit 0, but the job wrote no outcome: nothing says it trained
-        return word
-    if own is not None:
-        return own
-    if (verdict := open_attempt_verdict(point, None)) is not None:
-        return verdict.state
-    state = point.status.state if point.status is not None else None
-    if state == "requeued" and not point.job_id and ended_by in ("timeout", "preempted"):
-        return ended_by  # a local run stopped with a checkpoint: nothing requeues it but a re-run
-    if state in STATUS_WORD:
-        return STATUS_WORD[state]
-    return "unknown" if point.job_id else "not submitted"
+    return shown_state(evidence(point, slurm))
 
 
 #: A point of a successive-halving sweep that completed a rung (not its final target): the

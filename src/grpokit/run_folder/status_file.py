@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from grpokit.run_folder.atomic import now
+from grpokit.run_folder.attempt_end import AttemptEnd
 from grpokit.run_folder.layout import STATUS
 from grpokit.run_folder.states import EndedBy, PointState
-from grpokit.run_folder.status_record import Attempt, PointStatus, read_status, write_status
+from grpokit.run_folder.status_record import Attempt, PointStatus, SlurmAllocation, read_status, write_status
 
 
 class StatusFile:
@@ -48,14 +49,17 @@ class StatusFile:
         *,
         target_step: int | None,
         slurm: dict[str, Any],
-        previous_end: tuple[str, str] | None = None,
+        previous_end: AttemptEnd | tuple[str, str] | None = None,
         rehearsal: bool = False,
     ) -> int:
         """Open a new attempt (closing a previous one that a kill left open) and mark ``running``.
 
         slurm: the allocation (:func:`grpokit.slurm.task.slurm_info`, ``{}`` outside Slurm).
-        previous_end: ``(ended_by, reason)`` of that open attempt, from evidence
-        (:func:`grpokit.run_folder.liveness.killed_attempt_reason`); None: ``killed``, no reason.
+        previous_end: that open attempt's end, from evidence
+        (:func:`grpokit.run_folder.liveness.killed_attempt_end`: its ``ended_by``, reason, Slurm's end
+        state and end time) or ``(ended_by, reason)``; None: ``killed``, no reason. The attempt keeps
+        Slurm's end state when known (``FAILED``); else ``requeued`` when this start is the same job
+        (Slurm requeued it), else none. Its ``end`` is the recorded one (the driver's last beat), else now.
         rehearsal: the point runs the kit's stand-in trainer (``rehearse=true``), recorded as
         ``"rehearsal": true``.
         """
@@ -64,8 +68,11 @@ class StatusFile:
         if last is not None and last.is_open:
             # The previous attempt never closed: its process was killed (SIGKILL after KillWait,
             # node failure). Slurm's requeue count tells that it came back.
-            ended_by, reason = previous_end or (EndedBy.KILLED.value, None)
-            closed = last.with_fields(end=now(), ended_by=ended_by, slurm_state="requeued")
+            end = previous_end if isinstance(previous_end, AttemptEnd) else None
+            ended_by, reason = (end.ended_by, end.reason) if end else previous_end or (EndedBy.KILLED.value, None)
+            slurm_state = end.slurm_state if end and end.slurm_state else _restart_state(record.slurm, slurm)
+            closed = last.with_fields(end=(end.end if end and end.end else now()), ended_by=ended_by)
+            closed = closed.with_fields(slurm_state=slurm_state)
             record = record.with_last_attempt(closed.with_fields(reason=reason) if reason else closed)
         opened = Attempt.opened(len(record.attempts) + 1, now())
         record = dataclasses.replace(record, attempts=(*record.attempts, opened))
@@ -121,3 +128,14 @@ class StatusFile:
             fields["last_step"] = attempt_fields["last_step"]
         self.record = self.record.with_last_attempt(closed).with_fields(**fields)
         self.save()
+
+
+def _restart_state(old: SlurmAllocation | None, new: dict[str, Any]) -> str | None:
+    """An open attempt's Slurm state when nothing recorded Slurm's own: ``requeued`` when the new
+    start is the same job (Slurm requeued it) or either run is outside Slurm (as before), else None
+    (a resubmission: a new job; the old one's end state is not known here)."""
+    old_ids = old.ids if old is not None else set()
+    new_ids = SlurmAllocation.from_json(new).ids if new else set()
+    if not old_ids or not new_ids or old_ids & new_ids:
+        return "requeued"
+    return None

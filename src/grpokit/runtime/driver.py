@@ -21,7 +21,10 @@ How an attempt ends:
   checkpoints at its next step boundary, then the job requeues itself (``scontrol requeue``; a
   bounded number of times for time limits, unbounded for preemptions) -> ``requeued``
   (:mod:`grpokit.runtime.decisions.stop_decision`);
-- SIGTERM (preemption without a user signal, scancel) -> same request, a short grace, stop;
+- SIGTERM (preemption without a user signal, scancel) -> same request; the save and every stop
+  fit into Slurm's KillWait less a margin (asked once, ``scontrol show config``;
+  :func:`grpokit.runtime.decisions.stop_decision.sigterm_grace`), so the driver closes the attempt
+  (``cancelled``, the reason naming the cancel) before Slurm's SIGKILL;
 - a sidecar or Ray dies -> the trainer is stopped -> ``failed`` naming the component;
 - no CUDA GPU and ``runtime.needs_gpu`` -> every stage but training -> ``skipped_no_gpu``.
 
@@ -313,9 +316,10 @@ class Driver:
         return outcome
 
     # -- liveness ---------------------------------------------------------------------------------
-    def _previous_end(self) -> tuple[str, str] | None:
-        """``(ended_by, reason)`` of an attempt a kill left open, from its record or the stderr of
-        the job run that ran it (:func:`grpokit.run_folder.liveness.killed_attempt_reason`)."""
+    def _previous_end(self) -> liveness.AttemptEnd | None:
+        """The end of an attempt a kill left open: its record, the end a reader recorded (Slurm's
+        end state, the last beat) or the stderr of the job run that ran it
+        (:func:`grpokit.run_folder.liveness.killed_attempt_end`)."""
         record = self.status.record
         if record.last_attempt is None or not record.last_attempt.is_open:
             return None
@@ -324,12 +328,12 @@ class Driver:
             runs = liveness.stderr_runs(self.run_dir.parent, old_job)
             # This start's own run is the file's last when the open attempt was this same job's.
             previous = (runs[:-1] if old_job and old_job == self.host.task_id() else runs)[-1:] or [None]
-            found = liveness.killed_attempt_reason(self.run_dir, record, previous[0])
+            found = liveness.killed_attempt_end(self.run_dir, record, previous[0])
         except Exception:
             log.exception("could not read why attempt %d ended", len(record.attempts))
             return None
         if found is not None:
-            log.warning("attempt %d was left open: %s (%s)", len(record.attempts), found[1], found[0])
+            log.warning("attempt %d was left open: %s (%s)", len(record.attempts), found.reason, found.ended_by)
         return found
 
     def _node_failure(self) -> str | None:
@@ -376,6 +380,14 @@ class Driver:
             return None
 
     # -- stop signals ------------------------------------------------------------------------------
+    def _grace(self) -> float:
+        """Seconds a stopped process gets between SIGTERM and SIGKILL: ``runtime.kill_grace_s``, after a
+        SIGTERM (or SIGINT) less, so that every stop and the close fit into Slurm's KillWait
+        (:func:`grpokit.runtime.decisions.stop_decision.sigterm_grace`)."""
+        request = self._inquiry.current() if self.stop_signal is not None else None
+        stop_s = request.stop_grace_s if request is not None else None
+        return stop_s if stop_s is not None else self.grace_s
+
     def _install_signals(self) -> None:
         self._inquiry.start()  # waits for the first stop signal, then asks Slurm about it
         for sig in STOP_SIGNALS:
@@ -539,7 +551,7 @@ class Driver:
             self.ctl,
             request_stop=lambda v: control.request_save(self.ctl, reason=f"pruned: {v.reason}"),
             alive=lambda: proc.poll() is None,
-            force_stop=lambda: proc.stop(self.grace_s),
+            force_stop=lambda: proc.stop(self._grace()),
         )
         ckpt_dir, saved = Path(self.spec.checkpoint_dir), None
         metrics, trainer_log = AttemptFolder(attempt_dir).metrics, AttemptFolder(attempt_dir).trainer_log
@@ -563,21 +575,21 @@ class Driver:
                 request = self._inquiry.current()  # Slurm's answers unknown until they come
                 if request is not None and request.overdue(self.parts.clock()):
                     log.warning("trainer did not stop in time after the save request: stopping it")
-                    proc.stop(self.grace_s)
+                    proc.stop(self._grace())
                     return proc.wait()
                 time.sleep(self.parts.poll_s)
                 continue
             dead = [sc for sc in self.sidecars.values() if not sc.alive()]
             if dead:
                 sc = dead[0]
-                proc.stop(self.grace_s)
+                proc.stop(self._grace())
                 raise JobFailed(
                     f"sidecar {sc.name} died (exit {sc.proc.returncode}) while the trainer ran; "
                     f"last lines of {sc.log_path}:\n{procs.tail(sc.log_path)}",
                     "sidecar_failed",
                 )
             if self.cluster is not None and not self.cluster.alive():
-                proc.stop(self.grace_s)
+                proc.stop(self._grace())
                 raise JobFailed("the job's Ray cluster died while the trainer ran; see attempts/*/ray/", "ray_failed")
             if hang_watch is not None and (hang := hang_watch.poll()) is not None:
                 self._stop_hung_trainer(hang)
@@ -601,7 +613,7 @@ class Driver:
         except Exception as exc:  # the stop must happen whatever the dump did
             log.exception("stack dump failed")
             where = f"no stacks ({type(exc).__name__}: {exc})"
-        self.trainer.stop(self.grace_s)
+        self.trainer.stop(self._grace())
         decision = stop_decision.decide_hang(
             timeouts_so_far=self._timeouts_so_far(),
             max_timeout_requeues=int(self.spec.runtime.max_timeout_requeues),
@@ -618,9 +630,9 @@ class Driver:
         for what, step in (
             ("the trainer", self._stop_trainer),
             ("the pruning watcher", self._stop_prune_watch),
-            ("the sidecars", lambda: self.parts.sidecars.stop(self.sidecars, self.grace_s)),
+            ("the sidecars", lambda: self.parts.sidecars.stop(self.sidecars, self._grace())),
             ("Ray", self._stop_ray),
-            ("leftover processes", lambda: self.host.clean_up(self.grace_s)),
+            ("leftover processes", lambda: self.host.clean_up(self._grace())),
         ):
             try:
                 step()
@@ -631,7 +643,7 @@ class Driver:
         if self.stacks_dir is not None:
             watchdog.tidy_stacks_dir(self.stacks_dir)
         if self.trainer is not None:
-            self.trainer.stop(self.grace_s)
+            self.trainer.stop(self._grace())
 
     def _stop_prune_watch(self) -> None:
         if self.prune_watch is not None:
@@ -639,7 +651,7 @@ class Driver:
 
     def _stop_ray(self) -> None:
         if self.cluster is not None:
-            self.cluster.stop(self.grace_s)
+            self.cluster.stop(self._grace())
 
     def _observe_log(self, path: Path) -> None:
         with contextlib.suppress(OSError):  # not created yet
@@ -664,7 +676,7 @@ class Driver:
         stop signal came; a failure to decide is itself a ``failed`` outcome."""
         try:
             stop = None
-            self.stop = self._inquiry.complete()  # Slurm's answers about the signal, waited for
+            self.stop = self._inquiry.complete(self._answer_wait_s())  # Slurm's answers about the signal
             if self.stop is not None:
                 stop = self.stop.decide(
                     lead_s=float(self.spec.cluster.signal_delay_s),
@@ -685,6 +697,17 @@ class Driver:
             if full is not None:
                 return Outcome("failed", "disk_full", f"disk full writing {full or self.run_dir}")
             return Outcome("failed", "failed", f"driver error while deciding the outcome: {type(exc).__name__}: {exc}")
+
+    def _answer_wait_s(self) -> float:
+        """How long the close waits for Slurm's answers about the stop signal: at most
+        :data:`~grpokit.runtime.processes.stop_inquiry.ANSWER_WAIT_S`, and after a SIGTERM only
+        until one process stop before Slurm's SIGKILL (less the margin)."""
+        wait_s = stop_inquiry.ANSWER_WAIT_S
+        request = self._inquiry.current()
+        if request is not None and request.kill_at is not None:
+            left = request.kill_at - self.parts.clock() - (request.stop_grace_s or 0.0)
+            wait_s = min(wait_s, max(0.5, left))
+        return wait_s
 
     def _write_status(self, outcome: Outcome) -> None:
         """Close the attempt in ``status.json`` (opening it first when the attempt failed before
@@ -715,7 +738,10 @@ class Driver:
             if self._stop_why and outcome.ended_by in ("preempted", "timeout", "cancelled"):
                 # the attempt's reason tells preemption, an administrator's requeue, scancel, the time limit apart
                 first = outcome.reason.splitlines()[0] if outcome.reason else ""
-                status.set_attempt_reason(f"{self._stop_why}; {first}" if first else self._stop_why)
+                if first.startswith(self._stop_why):  # a cancel's reason already names it
+                    status.set_attempt_reason(first)
+                else:
+                    status.set_attempt_reason(f"{self._stop_why}; {first}" if first else self._stop_why)
             elif outcome.ended_by == "node_failed":  # the next attempt overwrites the point's reason: keep it here
                 status.set_attempt_reason(outcome.reason.splitlines()[0])
             status.finish(

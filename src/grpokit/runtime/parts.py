@@ -21,7 +21,7 @@ from grpokit import procs
 from grpokit.config.point import PointSpec
 from grpokit.runtime.processes import environment, ray_cluster, sidecars, signal_relay
 from grpokit.runtime.processes.ports import release_ports
-from grpokit.slurm import gpus, nodes, requeue, stop_view, task, time_left
+from grpokit.slurm import gpus, kill_wait, nodes, requeue, stop_view, task, time_left
 from grpokit.validate import validate_point
 
 
@@ -79,6 +79,10 @@ class Host:
 
     def stop_view(self) -> stop_view.SlurmStopView:
         return stop_view.slurm_stop_view()
+
+    def kill_wait_s(self) -> float | None:
+        """Slurm's KillWait (s, :mod:`grpokit.slurm.kill_wait`); None outside Slurm or when unknown."""
+        return kill_wait.kill_wait_s() if self.in_slurm() else None
 
     def node_names(self) -> list[str]:
         return nodes.node_names()

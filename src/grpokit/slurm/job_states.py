@@ -5,6 +5,11 @@ MinJobAge), then ``scontrol show job -o`` for ids squeue did not list, then ``sa
 only when accounting works (it prints "Slurm accounting storage is disabled" otherwise). A missing
 command, a non-zero exit or a timeout is logged and skipped; :func:`job_states` never raises for them.
 
+Slurm not answering (slurmctld stopped or unreachable: squeue times out, or says "Unable to contact
+slurm controller"): ``scontrol`` (the same controller) is not asked, and the answer's
+:attr:`SlurmAnswer.unanswered` says what failed. With ``budget_s`` every command gets only what is
+left of it (``status`` answers from the run folders within seconds).
+
 Job ids are Slurm's display ids: ``"123"`` for a plain job, ``"123_4"`` for task 4 of array job 123
 (what submitit returns and what ``squeue -r`` prints).
 """
@@ -15,6 +20,7 @@ import logging
 import re
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 
 from grpokit.slurm import runner
@@ -23,6 +29,12 @@ from grpokit.slurm.times import parse_time_s
 log = logging.getLogger(__name__)
 
 COMMAND_TIMEOUT_S = 20.0
+#: What a client prints when slurmctld does not answer (Slurm 22.05's messages).
+_NO_CONTROLLER = re.compile(
+    r"Unable to contact slurm controller|Socket timed out|Connection refused|Zero Bytes were transmitted"
+    r"|Communication connection failure",
+    re.IGNORECASE,
+)
 _SEP = "|"
 
 # Slurm job states (squeue(1) "JOB STATE CODES") grouped into the kit's status words.
@@ -99,16 +111,33 @@ def expand_array_ids(job_id: str) -> list[str]:
     return out
 
 
-def _run(argv: list[str]) -> subprocess.CompletedProcess | None:
-    """Run a Slurm client; None when it is missing or hangs."""
+class SlurmAnswer(dict[str, SlurmJobState]):
+    """:func:`job_states`'s answer: job id -> :class:`SlurmJobState`, and ``unanswered``: one line
+    saying which client Slurm did not answer and how (``squeue: no answer within 3 s``), None when
+    the controller answered (or no client is installed)."""
+
+    unanswered: str | None = None
+
+
+def _run(argv: list[str], timeout_s: float = COMMAND_TIMEOUT_S, silent: list[str] | None = None):
+    """Run a Slurm client; None when it is missing or hangs. ``silent`` gets a line when the client
+    got no answer from Slurm (it timed out, or printed a controller-contact error)."""
     if shutil.which(argv[0]) is None:
         log.debug("%s not on PATH; skipping", argv[0])
         return None
     try:
-        return runner.run(argv, timeout_s=COMMAND_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        res = runner.run(argv, timeout_s=timeout_s)
+    except subprocess.TimeoutExpired:
+        log.debug("%s did not answer within %.0f s", " ".join(argv[:3]), timeout_s)
+        if silent is not None:
+            silent.append(f"{argv[0]}: no answer within {timeout_s:.0f} s")
+        return None
+    except OSError as exc:
         log.warning("%s failed: %s", " ".join(argv[:3]), exc)
         return None
+    if res.returncode != 0 and silent is not None and _NO_CONTROLLER.search(res.stderr or ""):
+        silent.append(f"{argv[0]}: {(res.stderr or '').strip().splitlines()[-1]}")
+    return res
 
 
 SQUEUE_FORMAT = _SEP.join(["%i", "%T", "%M", "%r", "%N"])
@@ -189,8 +218,8 @@ def parse_sacct(text: str) -> dict[str, SlurmJobState]:
     return out
 
 
-def _squeue(ids: list[str]) -> dict[str, SlurmJobState]:
-    res = _run(["squeue", "-h", "-r", "--states=all", "-j", ",".join(ids), "-o", SQUEUE_FORMAT])
+def _squeue(ids: list[str], timeout_s: float = COMMAND_TIMEOUT_S, silent: list[str] | None = None):
+    res = _run(["squeue", "-h", "-r", "--states=all", "-j", ",".join(ids), "-o", SQUEUE_FORMAT], timeout_s, silent)
     if res is None:
         return {}
     if res.returncode != 0:
@@ -200,9 +229,9 @@ def _squeue(ids: list[str]) -> dict[str, SlurmJobState]:
     return parse_squeue(res.stdout)
 
 
-def _scontrol(ids: list[str]) -> dict[str, SlurmJobState]:
+def _scontrol(ids: list[str], timeout_s: float = COMMAND_TIMEOUT_S, silent: list[str] | None = None):
     # One call for all jobs slurmctld holds beats one call per id on a sweep of hundreds.
-    res = _run(["scontrol", "show", "job", "-o"])
+    res = _run(["scontrol", "show", "job", "-o"], timeout_s, silent)
     if res is None or res.returncode != 0:
         if res is not None:
             log.debug("scontrol rc=%d: %s", res.returncode, res.stderr.strip())
@@ -210,8 +239,8 @@ def _scontrol(ids: list[str]) -> dict[str, SlurmJobState]:
     return parse_scontrol(res.stdout)
 
 
-def _sacct(ids: list[str]) -> dict[str, SlurmJobState]:
-    res = _run(["sacct", "-X", "-n", "-P", f"--format={SACCT_FIELDS}", "-j", ",".join(ids)])
+def _sacct(ids: list[str], timeout_s: float = COMMAND_TIMEOUT_S, silent: list[str] | None = None):
+    res = _run(["sacct", "-X", "-n", "-P", f"--format={SACCT_FIELDS}", "-j", ",".join(ids)], timeout_s)
     if res is None:
         return {}
     if res.returncode != 0 or "accounting storage is disabled" in (res.stderr + res.stdout).lower():
@@ -220,18 +249,34 @@ def _sacct(ids: list[str]) -> dict[str, SlurmJobState]:
     return parse_sacct(res.stdout)
 
 
-def job_states(job_ids: list[str]) -> dict[str, SlurmJobState]:
+def job_states(job_ids: list[str], *, budget_s: float | None = None) -> SlurmAnswer:
     """Slurm's state of each job id that any client command knows; unknown ids are left out.
 
     job_ids: display ids (``"123"``, ``"123_4"``); empty/None entries are ignored.
-    Never raises for a missing command, a failing command or disabled accounting.
+    budget_s: seconds for all the clients together (each gets at most what is left, and
+    :data:`COMMAND_TIMEOUT_S`); None: :data:`COMMAND_TIMEOUT_S` each.
+    Never raises for a missing command, a failing command or disabled accounting; when slurmctld
+    does not answer, ``scontrol`` is skipped and the answer's ``unanswered`` says so (sacct asks
+    slurmdbd, which may still answer).
     """
     wanted = sorted({str(j) for j in job_ids if j})
-    found: dict[str, SlurmJobState] = {}
+    found = SlurmAnswer()
+    silent: list[str] = []
+    deadline = None if budget_s is None else time.monotonic() + budget_s
     for lookup in (_squeue, _scontrol, _sacct):
         rest = [j for j in wanted if j not in found]
         if not rest:
             break
-        answer = lookup(rest)
+        if silent and lookup is _scontrol:
+            continue  # the controller squeue could not reach
+        timeout_s = COMMAND_TIMEOUT_S
+        if deadline is not None:
+            timeout_s = min(timeout_s, deadline - time.monotonic())
+            if timeout_s < 0.2:
+                break
+        answer = lookup(rest, timeout_s=timeout_s, silent=silent)
         found.update({j: answer[j] for j in rest if j in answer})
+    found.unanswered = silent[0] if silent else None
+    if silent and budget_s is None:  # a caller that shows no line of its own
+        log.warning("Slurm did not answer (%s); going on without its view", silent[0])
     return found

@@ -146,6 +146,11 @@ class Happened:
 
 
 def _stopped(stop: StopDecision, reason: str, trainer_exit: int | None = None) -> Outcome:
+    """The outcome of a stop; a cancel's reason starts with the stop decision's line (``SIGTERM and
+    Slurm does not requeue the job (scancel); ...``): the point's reason is the cancel, not what it
+    held while it ran."""
+    if stop.state == "cancelled" and stop.why:
+        reason = f"{stop.why}; {reason}"
     return Outcome(stop.state, stop.ended_by, reason, trainer_exit, requeue=stop.requeue)
 
 

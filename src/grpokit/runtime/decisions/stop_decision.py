@@ -166,18 +166,69 @@ def count_timeouts(attempts: Sequence[Attempt], since: str | None) -> int:
 
 #: The shortest save budget (s): a request must leave the trainer time to reach a step boundary.
 MIN_SAVE_BUDGET_S = 5.0
+#: Slurm's default KillWait (slurm.conf(5)), for a job whose cluster's is not known (s).
+DEFAULT_KILL_WAIT_S = 30.0
+#: Seconds of KillWait kept for the driver's own close (heartbeat, status.json) and slurmstepd's timing.
+KILL_WAIT_MARGIN_S = 3.0
+#: Grace periods the driver's close may wait through, one after another, after a SIGTERM: the trainer,
+#: the sidecars (one each, two planned), Ray's workers and its head, leftover processes. Most are
+#: short: Slurm's SIGTERM reached every process of the job at once.
+STOPS_AFTER_SIGTERM = 6
 
 
-def save_budget_s(signum: int, *, time_left_s: float | None, save_deadline_s: float, grace_s: float) -> float:
+@dataclasses.dataclass(frozen=True)
+class TermGrace:
+    """The driver's use of the time between Slurm's SIGTERM and its SIGKILL (s).
+
+    total_s: KillWait less :data:`KILL_WAIT_MARGIN_S` (None outside Slurm: nothing kills the driver).
+    save_s: the trainer's save budget after the request. stop_s: each process stop's grace (SIGTERM
+    to SIGKILL); ``save_s + STOPS_AFTER_SIGTERM x stop_s == total_s``.
+    """
+
+    total_s: float | None
+    save_s: float
+    stop_s: float
+
+
+def sigterm_grace(
+    kill_wait_s: float | None, *, kill_grace_s: float, in_slurm: bool, margin_s: float = KILL_WAIT_MARGIN_S
+) -> TermGrace:
+    """How the driver spends the time after a SIGTERM (or SIGINT) so that it closes its attempt
+    before Slurm's SIGKILL.
+
+    kill_wait_s: Slurm's KillWait (``scontrol show config``; None: unknown, Slurm's default
+    :data:`DEFAULT_KILL_WAIT_S` is assumed). kill_grace_s: ``runtime.kill_grace_s``. Under Slurm,
+    ``KillWait - margin_s`` (at least 1 s) is split: each of the :data:`STOPS_AFTER_SIGTERM` grace
+    periods gets ``min(kill_grace_s, total / 12)`` and the trainer's save the rest, at least half
+    (KillWait 10 s: 7 s, each stop 0.58 s, the save 3.5 s). Outside Slurm nothing kills the driver after a SIGTERM: the
+    save gets ``2 x kill_grace_s`` and each stop ``kill_grace_s``.
+    """
+    if not in_slurm:
+        return TermGrace(None, 2 * kill_grace_s, kill_grace_s)
+    total = max(1.0, (kill_wait_s if kill_wait_s else DEFAULT_KILL_WAIT_S) - margin_s)
+    stop = min(kill_grace_s, total / (2 * STOPS_AFTER_SIGTERM))
+    return TermGrace(total, total - STOPS_AFTER_SIGTERM * stop, stop)
+
+
+def save_budget_s(
+    signum: int,
+    *,
+    time_left_s: float | None,
+    save_deadline_s: float,
+    grace_s: float,
+    term: TermGrace | None = None,
+) -> float:
     """Seconds the trainer gets, after the save request, to checkpoint and stop before the driver
     stops it.
 
     USR2 comes ``signal_delay_s`` before the end: ``runtime.save_deadline_s``. SIGTERM (and SIGINT)
-    come only Slurm's KillWait / GraceTime before SIGKILL: at most ``2 x runtime.kill_grace_s``.
-    Either way the budget ends ``grace_s`` before this task's own end (``time_left_s``, when
-    known), so the driver's teardown still fits, and is never below :data:`MIN_SAVE_BUDGET_S`.
+    come only Slurm's KillWait before SIGKILL: ``term.save_s`` (:func:`sigterm_grace`; without it
+    ``2 x runtime.kill_grace_s``). Either way the budget ends ``grace_s`` before this task's own end
+    (``time_left_s``, when known), so the driver's teardown still fits, and is never below
+    :data:`MIN_SAVE_BUDGET_S` on that account.
     """
-    budget = save_deadline_s if signum == signal.SIGUSR2 else min(save_deadline_s, 2 * grace_s)
+    term_s = term.save_s if term is not None else 2 * grace_s
+    budget = save_deadline_s if signum == signal.SIGUSR2 else min(save_deadline_s, term_s)
     if time_left_s is not None:
         budget = min(budget, max(time_left_s - grace_s, MIN_SAVE_BUDGET_S))
     return budget
@@ -188,6 +239,7 @@ class StopRequest:
     """The first stop signal as the driver saw it on arrival: :func:`decide`'s inputs from Slurm and
     the save deadline.
 
+    term: how the time after a SIGTERM is spent (:func:`sigterm_grace`), None when not decided.
     signum: the signal. at: the driver's clock when it arrived (s; ``time.monotonic`` in a job, a
     fake clock in tests). save_budget_s: :func:`save_budget_s`. time_left_s: this task's own time
     left then (s, None when unknown). slurm_requeues, slurm_preempting: what ``scontrol`` said then
@@ -200,6 +252,21 @@ class StopRequest:
     time_left_s: float | None = None
     slurm_requeues: bool | None = None
     slurm_preempting: bool | None = None
+    term: TermGrace | None = None
+
+    @property
+    def stop_grace_s(self) -> float | None:
+        """Each process stop's grace after this signal (s): :attr:`TermGrace.stop_s` for SIGTERM and
+        SIGINT, None for USR2 (``runtime.kill_grace_s`` stands)."""
+        return self.term.stop_s if self.term is not None and self.signum != signal.SIGUSR2 else None
+
+    @property
+    def kill_at(self) -> float | None:
+        """The clock reading by which the driver must have closed (Slurm's SIGKILL less the margin),
+        None for USR2 or outside Slurm."""
+        if self.term is None or self.term.total_s is None or self.signum == signal.SIGUSR2:
+            return None
+        return self.at + self.term.total_s
 
     @property
     def name(self) -> str:

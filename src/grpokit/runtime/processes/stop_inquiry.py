@@ -12,6 +12,9 @@ checkpoints, and completes the :class:`~grpokit.runtime.decisions.stop_decision.
   left (never shorter than the final one), so a trainer that ignores the request is still stopped.
 - :meth:`StopInquiry.complete` waits for the answers (at most :data:`ANSWER_WAIT_S`) before the stop
   decision uses them: what Slurm said right after the signal, not after the save.
+- Slurm's KillWait is asked once, on a thread of its own started with the inquiry's
+  (``host.kill_wait_s()``, before any signal): after a SIGTERM the save and each process stop fit into it
+  (:func:`~grpokit.runtime.decisions.stop_decision.sigterm_grace`; Slurm's default 30 s until known).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from grpokit.runtime.decisions.stop_decision import StopRequest, save_budget_s
+from grpokit.runtime.decisions.stop_decision import StopRequest, TermGrace, save_budget_s, sigterm_grace
 from grpokit.slurm.stop_view import SlurmStopView
 
 log = logging.getLogger(__name__)
@@ -33,6 +36,8 @@ ANSWER_WAIT_S = 25.0
 
 #: The name of the inquiry's thread (tests check that none is left after the driver's close).
 THREAD_NAME = "stop-inquiry"
+#: The name of the thread that asks Slurm's KillWait (a daemon; it ends with scontrol's time-out).
+KILL_WAIT_THREAD = "kill-wait"
 
 
 class StopInquiry:
@@ -50,14 +55,22 @@ class StopInquiry:
         self.signum: int | None = None
         self.at: float | None = None
         self.request: StopRequest | None = None  # complete: Slurm answered (or could not)
+        self._kill_wait_s: float | None = None  # Slurm's KillWait, once asked (None: unknown)
         self._arrived = threading.Event()
         self._answered = threading.Event()
         self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
 
     def start(self) -> StopInquiry:
-        """Start the thread that waits for :meth:`arrived` (before the signal handlers are installed)."""
+        """Start the thread that waits for :meth:`arrived` (before the signal handlers are installed)
+        and the one that asks Slurm's KillWait."""
         self._thread.start()
+        ask = getattr(self._host, "kill_wait_s", None)
+        if ask is not None:
+            threading.Thread(target=self._ask_kill_wait, args=(ask,), name=KILL_WAIT_THREAD, daemon=True).start()
         return self
+
+    def _ask_kill_wait(self, ask: Callable[[], float | None]) -> None:
+        self._kill_wait_s = _ask(ask, None, "scontrol show config (KillWait)")
 
     def arrived(self, signum: int, at: float) -> None:
         """Called by the signal handler: record the signal and its clock reading; nothing blocks."""
@@ -86,18 +99,25 @@ class StopInquiry:
         if self._thread.is_alive():
             self._thread.join(wait_s)
 
+    @property
+    def term(self) -> TermGrace:
+        """How the time after a SIGTERM is spent (KillWait as asked, else Slurm's default)."""
+        in_slurm = bool(getattr(self._host, "in_slurm", lambda: False)())
+        return sigterm_grace(self._kill_wait_s, kill_grace_s=self._grace_s, in_slurm=in_slurm)
+
     # -- the thread ------------------------------------------------------------------------------
     def _request(self, left: float | None, view: SlurmStopView) -> StopRequest:
-        signum = self.signum
+        signum, term = self.signum, self.term
         return StopRequest(
             signum,
             at=self.at,
             save_budget_s=save_budget_s(
-                signum, time_left_s=left, save_deadline_s=self._save_deadline_s, grace_s=self._grace_s
+                signum, time_left_s=left, save_deadline_s=self._save_deadline_s, grace_s=self._grace_s, term=term
             ),
             time_left_s=left,
             slurm_requeues=view.requeueing,
             slurm_preempting=view.preempting,
+            term=term,
         )
 
     def _run(self) -> None:
@@ -113,12 +133,15 @@ class StopInquiry:
         self.request = request = self._request(left, view)
         self._answered.set()
         log.info(
-            "Slurm task %s: own time left %s s, Slurm preempting it: %s, requeueing it: %s; save budget %.0f s",
+            "Slurm task %s: own time left %s s, Slurm preempting it: %s, requeueing it: %s; save budget %.1f s "
+            "(Slurm's KillWait %s s, each stop's grace %.2f s after SIGTERM)",
             self._host.task_id(),
             None if left is None else round(left),
             view.preempting,
             view.requeueing,
             request.save_budget_s,
+            "unknown" if self._kill_wait_s is None else f"{self._kill_wait_s:.0f}",
+            request.term.stop_s if request.term is not None else self._grace_s,
         )
 
 

@@ -34,6 +34,8 @@ def logger_overrides(spec) -> list[str]:
     ],
 )
 def test_file_is_added_to_the_users_loggers_and_said_once(base, tmp_path, monkeypatch, user_value, expected, shown):
+    # a user of verl's scripts (wandb online) has a W&B key, which the kit checks before submission
+    monkeypatch.setenv("WANDB_API_KEY", "a-users-key")
     spec = point([*base, f"verl.trainer.logger={user_value}"])
     override = f"trainer.logger=[{','.join(expected)}]"
     assert logger_overrides(spec) == [override]  # once, in the recorded point

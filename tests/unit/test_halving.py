@@ -176,10 +176,45 @@ def test_prune_reasons_name_rank_metric_cut_and_fraction():
     assert got[0].reason == (
         f"rung 1 (step 2): rank 3/4 by val_acc ({ACC}) 0.1 < cut 0.3 (kept 2 of 4, halving.keep=0.5)"
     )
-    assert got[1].reason.startswith("rung 1 (step 2): rank 4/4 by val_acc") and " none < cut" in got[1].reason
+    assert got[1].reason == (
+        f"rung 1 (step 2): rank 4/4 by val_acc ({ACC}) none, cut 0.3 "
+        "(not logged, which ranks last; kept 2 of 4, halving.keep=0.5)"
+    )
     assert got[0].marker == {"stage": 0, "rung": 2, "rank": 3}
     low = dataclasses.replace(record, plan=dataclasses.replace(PLAN, mode="min", metric=ACC))
     assert f"by {ACC} 0.1 > cut" in prunes(low, 0)[0].reason
+
+
+def test_a_tie_at_the_cut_is_worded_as_a_tie_lost_by_sweep_order():
+    # Issue 37: a tie read "0.532 < cut 0.532". decide() keeps the earlier point of the sweep.
+    record, names = _stage0([0.6, 0.532, 0.532, 0.1])
+    seen = {n: _at_rung(v) for n, v in zip(names, [0.6, 0.532, 0.532, 0.1], strict=True)}
+    record = record.with_stage(decide_stage(PLAN, record.stages[0], seen, "t"))
+    assert record.stages[0].kept == (names[0], names[1])  # of the tied two, the earlier one
+    tied = prunes(record, 0)[0]
+    assert tied.name == names[2] and tied.reason == (
+        f"rung 1 (step 2): rank 3/4 by val_acc ({ACC}) 0.532 = cut 0.532 "
+        "(a tie: ties go to the point earlier in the sweep; kept 2 of 4, halving.keep=0.5)"
+    )
+
+
+def test_a_later_rungs_tie_is_lost_by_the_previous_rungs_rank():
+    # At rung 2 the stage's points are rung 1's kept ones in rank order: decide() breaks ties by it.
+    order = ["002_p", "000_p"]  # 002 ranked above 000 at rung 1
+    ranked, kept = decide({"000_p": 0.5, "002_p": 0.5}, order, 2, dataclasses.replace(PLAN, keep=0.5))
+    assert [r.name for r in ranked] == order and kept == 1
+    assert halving.versus_cut(0.5, 0.5, PLAN, 1) == (
+        "0.5 = cut 0.5",
+        "a tie: ties go to the better rank at rung 1 (step 2); ",
+    )
+    assert halving.versus_cut(None, None, PLAN, 0)[0] == "none = cut none"
+
+
+def test_values_equal_to_four_digits_are_shown_with_the_digits_that_tell_them_apart():
+    assert halving.versus_cut(0.53196, 0.53203, PLAN, 0) == ("0.53196 < cut 0.53203", "")
+    low = dataclasses.replace(PLAN, mode="min")
+    assert halving.versus_cut(0.2, 0.1, low, 0) == ("0.2 > cut 0.1", "")
+    assert halving.versus_cut(math.nan, 0.1, PLAN, 0) == ("none, cut 0.1", "not logged, which ranks last; ")
 
 
 # -- halving.json as a typed record ----------------------------------------------------------------------

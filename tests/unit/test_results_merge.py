@@ -12,6 +12,7 @@ import torch
 
 from grpokit.evaluation import model_merge as merge_cmd
 from grpokit.evaluation.model_merge import CheckpointError, choose_checkpoint, merge_run
+from grpokit.paths import kit_command
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -129,10 +130,59 @@ def test_cli_error_paths(run_dir, tmp_path, capsys):
     assert "not a run folder" in capsys.readouterr().err
     (run_dir / "hf").mkdir()
     (run_dir / "hf" / "config.json").write_text("{}")
-    assert cli.main([str(run_dir), "--dry-run"]) == 2
+    assert cli.main([str(run_dir)]) == 2  # the real merge refuses before running the merger
     assert "--overwrite" in capsys.readouterr().err
     assert cli.main([str(run_dir), "--dry-run", "--overwrite"]) == 0
     assert "global_step_20/actor" in capsys.readouterr().out
+
+
+def test_dry_run_says_what_the_merge_would_do_with_hf_there_or_not(run_dir, capsys):
+    # Issue 37: a dry run on a merged point was refused ("pass --overwrite"); it says what would happen.
+    cli = load_cli()
+    assert cli.main([str(run_dir), "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[
+        0
+    ] == f"dry run: would merge step 20 ({run_dir}/checkpoints/global_step_20) into {run_dir}/hf (new); " + (
+        "the merger's command:"
+    )
+    assert "global_step_20/actor" in out[1] and not (run_dir / "hf").exists()
+    (run_dir / "hf").mkdir()
+    (run_dir / "hf" / "config.json").write_text("{}")
+    assert cli.main([str(run_dir), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"{run_dir}/hf already holds a merged model: it would be kept and nothing merged" in out
+    assert "add --overwrite to write step 20" in out
+    assert cli.main([str(run_dir), "--dry-run", "--overwrite"]) == 0
+    assert f"{run_dir}/hf already holds a merged model: --overwrite would write step 20" in capsys.readouterr().out
+    assert (run_dir / "hf" / "config.json").read_text() == "{}"  # nothing ran
+
+
+def _sweep_folder(sweep: Path, names: list[str]) -> Path:
+    points = [{"index": i, "name": n, "run_dir": str(sweep / n), "swept": {}} for i, n in enumerate(names)]
+    for n in names:
+        (sweep / n).mkdir(parents=True, exist_ok=True)
+    (sweep / "manifest.json").write_text(json.dumps({"sweep": sweep.name, "points": points}))
+    return sweep
+
+
+def test_a_sweep_folder_is_named_as_one_with_a_point_folder_to_pass(tmp_path, capsys):
+    # Issue 37: it was told "the run saves only with trainer.save_freq > 0".
+    sweep = _sweep_folder(tmp_path / "logs" / "s", ["000_lr-1", "001_lr-2", "002_lr-3"])
+    cli = load_cli()
+    assert cli.main([str(sweep)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "save_freq" not in err
+    assert f"{sweep} is a sweep folder (manifest.json), not a point's run folder" in err
+    assert "3 point folders, e.g. its first: " in err and err.rstrip().endswith(
+        kit_command("merge", f"{sweep}/000_lr-1")
+    )
+    make_ckpt(sweep / "001_lr-2" / "checkpoints", 4)  # a point with a complete checkpoint is the example
+    assert cli.main([str(sweep), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "e.g. the first with a complete checkpoint: " in err and err.rstrip().endswith(
+        kit_command("merge", f"{sweep}/001_lr-2")
+    )
 
 
 def test_merger_failure_is_reported(run_dir, monkeypatch, capsys):

@@ -125,12 +125,29 @@ def test_a_lead_at_or_past_the_time_limit_is_refused_naming_the_point_and_key():
     spec = point(["cluster=slurm_local", "cluster.timeout_min=2", "cluster.signal_delay_s=90"])
     (problem,) = check_cluster(spec)
     assert problem.point == spec.name and problem.key == "cluster.signal_delay_s"
-    assert "120 s time limit" in problem.message and "cluster.timeout_min above 3" in problem.fix
+    assert "120 s time limit" in problem.message and "cluster.timeout_min to 3 or more" in problem.fix
     assert check_cluster(point(["cluster=slurm_local", "cluster.timeout_min=3", "cluster.signal_delay_s=90"])) == []
     # the relation is the request's own, whoever builds it
     assert [p.key for p in ClusterConf(kind="slurm", timeout_min=1, signal_delay_s=0).problems("p")] == [
         "cluster.signal_delay_s"
     ]
+
+
+def test_the_warning_too_near_the_start_is_worded_as_when_it_comes_and_its_fix_is_exact():
+    # Issue 37: a 60 s warning before a 120 s limit was said to come "at once"; it comes 60 s after the start.
+    (problem,) = ClusterConf(kind="slurm", timeout_min=2, signal_delay_s=60).problems("p")
+    assert problem.message == (
+        "the warning signal would come 60 s before a 120 s time limit, i.e. 60 s after the job starts; "
+        "it must come more than 60 s after the start (the job's own start-up)"
+    )
+    assert problem.fix == "raise cluster.timeout_min to 3 or more, or lower cluster.signal_delay_s below 60"
+    # each fix is the edge: what it names passes, one less does not
+    assert ClusterConf(kind="slurm", timeout_min=3, signal_delay_s=60).problems("p") == []
+    assert ClusterConf(kind="slurm", timeout_min=2, signal_delay_s=59).problems("p") == []
+    (late,) = ClusterConf(kind="slurm", timeout_min=1, signal_delay_s=90).problems("p")
+    assert "i.e. as the job starts (the delay is the limit or longer)" in late.message
+    assert late.fix == "raise cluster.timeout_min to 3 or more"
+    assert ClusterConf(kind="slurm", timeout_min=3, signal_delay_s=90).problems("p") == []
 
 
 def test_hydra_launcher_keys_are_taken_as_the_cluster_keys(capsys):

@@ -2,15 +2,21 @@
 
     grpokit sweep -m cluster=slurm verl.data.train_batch_size=8,16
     grpokit status logs/gsm8k_grpo/sweep-1 --json
+    grpokit --help        # each command with the first line of its module's docstring
+    grpokit --version
 
 ``python launch/<command>.py`` runs the same module (``launch/`` holds one-line shims so the design
-card's commands keep working from a checkout). Each module has ``entry(argv) -> int``.
+card's commands keep working from a checkout). Each module has ``entry(argv) -> int``, parses its
+arguments before it imports torch, transformers, verl or Ray (``--help`` stays fast), and its
+docstring's first line is the description ``grpokit --help`` shows (read from the source, not imported).
 """
 
 from __future__ import annotations
 
+import ast
 import errno
 import importlib
+import importlib.util
 import os
 import sys
 
@@ -32,17 +38,53 @@ COMMANDS: dict[str, str] = {
 
 
 def _usage() -> str:
-    return (
-        "usage: grpokit <command> [args...]\ncommands: " + ", ".join(COMMANDS) + "\n(grpokit <command> --help for each)"
+    return "usage: grpokit <command> [args...]\ncommands: " + ", ".join(COMMANDS) + "\n(grpokit --help describes each)"
+
+
+def summary(module: str) -> str:
+    """The first line of ``grpokit.cli.<module>``'s docstring, read from its source without importing it
+    (importing ``serve_eval`` loads verl); reST ``literals`` shown plain. "" when it has none."""
+    spec = importlib.util.find_spec(f"grpokit.cli.{module}")
+    source = spec.loader.get_source(spec.name) if spec and spec.loader else None  # type: ignore[attr-defined]
+    doc = ast.get_docstring(ast.parse(source)) if source else None
+    return (doc or "").strip().splitlines()[0].replace("``", "") if doc and doc.strip() else ""
+
+
+def help_text() -> str:
+    """``grpokit --help``: the usage line, then one line a command (name, description)."""
+    width = max(map(len, COMMANDS)) + 2
+    rows = [f"  {name:<{width}}{summary(module)}".rstrip() for name, module in COMMANDS.items()]
+    return "\n".join(
+        [
+            "usage: grpokit <command> [args...]    grpokit <command> --help    grpokit --version",
+            "",
+            "commands:",
+            *rows,
+        ]
     )
 
 
+def version() -> str:
+    """``grpokit --version``: the installed distribution's version and where this package is imported from."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        number = dist_version("grpokit")
+    except PackageNotFoundError:  # imported from a checkout without `pip install -e .`
+        number = "unknown (not installed: pip install -e .)"
+    return f"grpokit {number} ({os.path.dirname(os.path.dirname(__file__))})"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """The ``grpokit`` console script. Exit status: the command's; 2 for an unknown command."""
+    """The ``grpokit`` console script. Exit status: the command's; 2 for an unknown command or none."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
-        print(_usage())
+        print(help_text())
         return 0 if args else 2
+    if args[0] in ("-V", "--version"):
+        print(version())
+        return 0
     name, rest = args[0], args[1:]
     module = COMMANDS.get(name) or (name if name in COMMANDS.values() else None)
     if module is None:

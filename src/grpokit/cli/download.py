@@ -1,4 +1,4 @@
-"""Fetch the model of a config onto the login node (ModelScope by default, Hugging Face as an option).
+"""Fetch a config's model onto the login node (ModelScope by default, or Hugging Face).
 
     python launch/download.py                      # the default model (configs/model/qwen3_5_0_8b.yaml)
     python launch/download.py model=qwen3_5_0_8b --source hf

@@ -1,4 +1,4 @@
-"""Show a point's logs of its latest attempt: driver, trainer and sidecar logs; -f follows them.
+"""Show a point's logs of its latest attempt (driver, trainer, sidecars); -f follows them.
 
     grpokit logs logs/<sweep>/<NNN_point>            # the last lines of each log
     grpokit logs logs/<sweep> 3                      # the same, the point by index (or name)

@@ -15,7 +15,7 @@ import logging
 import sys
 from pathlib import Path
 
-from grpokit.models import LIKES, build_model
+from grpokit.models.shapes import LIKES
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -32,6 +32,8 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--seed", type=int, default=0, help="torch seed of the random weights")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from grpokit.models import build_model  # torch and transformers: after parsing (fast --help)
+
     return build_model(args.out, like=args.like, tokenizer_data=args.tokenizer_data, seed=args.seed)
 
 

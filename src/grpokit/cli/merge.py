@@ -1,7 +1,10 @@
 """Merge a run's FSDP checkpoint into <run folder>/hf/ with verl's model merger.
 
 Usage: python launch/merge.py logs/<sweep>/<NNN>_<slug> [--step N] [--overwrite] [--dry-run]
-Default: the latest complete checkpoint; an incomplete one is refused with what is missing.
+Default: the latest complete checkpoint; an incomplete one is refused with what is missing. A sweep
+folder is refused with a point folder to pass instead. ``hf/`` holding a model already is kept
+unless --overwrite (verl's merger then writes its files over it). --dry-run runs nothing: it says
+what the merge would do (an ``hf/`` already there included), then prints the merger's command.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grpokit.evaluation.model_merge import CheckpointError, merge_run
+from grpokit.evaluation.model_merge import CheckpointError, SweepFolderGiven, merge_run, plan_merge
 
 log = logging.getLogger(__name__)
 
@@ -23,12 +26,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dir", type=Path, help="run folder, logs/<sweep>/<NNN>_<slug>")
     parser.add_argument("--step", type=int, default=None, help="global step to merge (default: latest complete)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing <run>/hf")
-    parser.add_argument("--dry-run", action="store_true", help="print the merger command, do not run it")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="say what the merge would do (hf/ kept or written over) and print the merger's command; run nothing",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
-        cmd = merge_run(args.run_dir, args.step, overwrite=args.overwrite, dry_run=args.dry_run)
-    except (CheckpointError, FileExistsError, FileNotFoundError) as exc:
+        if args.dry_run:
+            plan = plan_merge(args.run_dir, args.step)
+            print(f"dry run: {plan.describe(args.overwrite)}; the merger's command:")
+            print(shlex.join(plan.argv))
+            return 0
+        cmd = merge_run(args.run_dir, args.step, overwrite=args.overwrite)
+    except (CheckpointError, SweepFolderGiven, FileExistsError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except subprocess.CalledProcessError as exc:

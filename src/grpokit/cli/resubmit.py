@@ -1,5 +1,7 @@
-"""Resubmit a sweep's failed, timed-out, cancelled, preempted and skipped_no_gpu points (the states
-``resume=true`` takes again too); they resume from their checkpoints.
+"""Resubmit a sweep's points that did not finish; they resume from their checkpoints.
+
+The states taken again by default: failed, timeout, cancelled, preempted and skipped_no_gpu (the
+states ``resume=true`` takes again too).
 
     python launch/resubmit.py logs/<sweep>                       # failed, timeout, cancelled, preempted, skipped_no_gpu
     python launch/resubmit.py logs/<sweep> --states timeout      # only those

@@ -1,4 +1,4 @@
-"""Run one point in this process: the body of ``sbatch slurm/train.sbatch`` and of a plain local run.
+"""Run one point in this process: the body of ``slurm/train.sbatch`` and of a plain local run.
 
     python launch/run.py [kit overrides...]          # e.g. experiment=gsm8k_grpo model=tiny
 

@@ -27,7 +27,6 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from grpokit.config.point import PointSpec
-from grpokit.evaluation import compare as evaluation
 from grpokit.run_folder import RunFolder
 from grpokit.run_folder.layout import EVAL_SERVERS_DIR
 from grpokit.serving import vllm
@@ -148,6 +147,8 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
 
 def run(args: argparse.Namespace) -> dict[str, Path]:
     """Start what is not already running, evaluate both, stop what was started; returns written paths."""
+    from grpokit.evaluation import compare as evaluation  # verl's scorer loads torch: after parsing (fast --help)
+
     items = evaluation.load_items(args.test_parquet, args.limit)
     scorer = evaluation.load_scorer(args.reward)
     to_start = [

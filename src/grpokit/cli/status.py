@@ -1,4 +1,4 @@
-"""Show a sweep's progress: one row per point (state, attempts, step, reward, accuracy, elapsed, reason).
+"""Show a sweep's progress: one row per point (state, step, reward, accuracy, reason, ETA).
 
 Usage: python launch/status.py logs/<sweep_name> [--watch [SECONDS]] [--json]
        python launch/status.py logs/<sweep_name>/<NNN_point>   # that point's row only

@@ -71,7 +71,8 @@ _CLUSTER_MINIMUM = {
     "array_parallelism": 1,
     "signal_delay_s": 0,
 }
-#: Seconds the warning signal must leave before the time limit is reached (the job's own start-up).
+#: Seconds after the job's start the warning signal must come later than (the job's own start-up): a
+#: ``cluster.signal_delay_s`` of at least ``timeout_min x 60 - MIN_SIGNAL_GAP_S`` is refused.
 MIN_SIGNAL_GAP_S = 60
 
 
@@ -237,12 +238,24 @@ class ClusterConf(_Section):
                     point,
                     "cluster.signal_delay_s",
                     f"the warning signal would come {self.signal_delay_s} s before a {limit_s} s time limit, "
-                    "i.e. at once",
-                    f"raise cluster.timeout_min above {(self.signal_delay_s + MIN_SIGNAL_GAP_S) // 60 + 1} "
-                    "or lower cluster.signal_delay_s",
+                    f"i.e. {warning_after_start(self.signal_delay_s, limit_s)}; it must come more than "
+                    f"{MIN_SIGNAL_GAP_S} s after the start (the job's own start-up)",
+                    f"raise cluster.timeout_min to {(self.signal_delay_s + MIN_SIGNAL_GAP_S) // 60 + 1} or more"
+                    + (
+                        f", or lower cluster.signal_delay_s below {limit_s - MIN_SIGNAL_GAP_S}"
+                        if limit_s > MIN_SIGNAL_GAP_S
+                        else ""
+                    ),
                 )
             )
         return out
+
+
+def warning_after_start(delay_s: int, limit_s: int) -> str:
+    """When Slurm's warning signal comes, sent ``delay_s`` before a ``limit_s`` time limit (seconds):
+    ``"60 s after the job starts"``, or ``"as the job starts"`` when the delay is the limit or longer."""
+    after = limit_s - delay_s
+    return f"{after} s after the job starts" if after > 0 else "as the job starts (the delay is the limit or longer)"
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -46,6 +46,7 @@ __all__ = [
     "plan_of",
     "prunes",
     "requested",
+    "versus_cut",
     "with_target",
 ]
 
@@ -164,8 +165,9 @@ def decide(
     values: dict[str, float | None], order: list[str], stage_size: int, plan: HalvingPlan
 ) -> tuple[list[RankedPoint], int]:
     """Rank the points that completed the rung (best first; no value or NaN ranks last; ties keep the
-    sweep order ``order``) and the number kept: ``max(1, floor(keep x stage_size))``, at most as many
-    as were ranked."""
+    order ``order``, the stage's points: the sweep's order at the first rung, the previous rung's
+    ranking after it) and the number kept: ``max(1, floor(keep x stage_size))``, at most as many as
+    were ranked."""
     sign = -1.0 if plan.mode == "max" else 1.0
 
     def key(name: str):
@@ -213,6 +215,40 @@ def _fmt(value: float | None) -> str:
     return "none" if value is None else f"{value:.4g}"
 
 
+def _missing(value: float | None) -> bool:
+    return value is None or math.isnan(value)
+
+
+def _fmt_apart(value: float, cut: float) -> tuple[str, str]:
+    """Both numbers with 4 significant digits, or as many more as it takes to tell them apart
+    (0.53196 and 0.53203 are not both "0.532")."""
+    for digits in range(4, 18):
+        a, b = f"{value:.{digits}g}", f"{cut:.{digits}g}"
+        if a != b:
+            return a, b
+    return repr(value), repr(cut)
+
+
+def versus_cut(value: float | None, cut: float | None, plan: HalvingPlan, stage: int) -> tuple[str, str]:
+    """How a pruned point's value compares with the cut (the last kept point's value), as
+    (``"0.1 < cut 0.3"``, a note ending ``"; "`` or ""). Worded as :func:`decide` ranks: a value equal
+    to the cut is a tie, lost by sweep order at the first rung and by the previous rung's rank after
+    it; a missing (None or NaN) value ranks last."""
+    ties = (
+        "ties go to the point earlier in the sweep"
+        if stage == 0
+        else f"ties go to the better rank at {rung_label(plan, stage - 1)}"
+    )
+    if _missing(value):
+        if _missing(cut):
+            return "none = cut none", f"not logged, which ranks last; {ties}; "
+        return f"none, cut {_fmt(cut)}", "not logged, which ranks last; "
+    if value == cut:
+        return f"{_fmt(value)} = cut {_fmt(cut)}", f"a tie: {ties}; "
+    shown, cut_shown = _fmt_apart(value, cut)
+    return f"{shown} {'<' if plan.mode == 'max' else '>'} cut {cut_shown}", ""
+
+
 @dataclasses.dataclass(frozen=True)
 class Prune:
     """Set a point that completed its rung to ``pruned`` with ``reason``; ``marker`` goes into its
@@ -231,16 +267,15 @@ def prunes(record: HalvingRecord, stage: int) -> list[Prune]:
     ranked, n_keep = rec.ranked, len(rec.kept or ())
     cut = ranked[n_keep - 1].value if ranked and n_keep else None
     label = plan.metric if plan.metric == rec.metric_key else f"{plan.metric} ({rec.metric_key})"
-    worse = "<" if plan.mode == "max" else ">"
-    return [
-        Prune(
-            r.name,
-            f"{rung_label(plan, stage)}: rank {r.rank}/{len(ranked)} by {label} {_fmt(r.value)} {worse} cut "
-            f"{_fmt(cut)} (kept {n_keep} of {len(rec.points)}, halving.keep={plan.keep:g})",
-            {"stage": stage, "rung": rec.target, "rank": r.rank},
+    out = []
+    for r in ranked[n_keep:]:
+        versus, note = versus_cut(r.value, cut, plan, stage)
+        reason = (
+            f"{rung_label(plan, stage)}: rank {r.rank}/{len(ranked)} by {label} {versus} "
+            f"({note}kept {n_keep} of {len(rec.points)}, halving.keep={plan.keep:g})"
         )
-        for r in ranked[n_keep:]
-    ]
+        out.append(Prune(r.name, reason, {"stage": stage, "rung": rec.target, "rank": r.rank}))
+    return out
 
 
 # -- the stage's steps --------------------------------------------------------------------------------------

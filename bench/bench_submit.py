@@ -119,7 +119,7 @@ def cpu_seconds() -> float:
 
 def cache_without_verdicts(tmp: Path) -> dict:
     """The environment of a kit command whose cache folder holds verl's composed defaults, declared
-    types and registered names (each kept once per installed verl) and no verdict."""
+    types, registered names and legacy-key table (each kept once per installed verl) and no verdict."""
     import shutil
 
     from grpokit.config.verl_schema import cache_dir, verl_base
@@ -127,11 +127,12 @@ def cache_without_verdicts(tmp: Path) -> dict:
     verl_base()  # composed (or read) once, as any earlier command would have left it
     cache = tmp / "cache"
     cache.mkdir()
+    from grpokit.config.verl_legacy import table
     from grpokit.config.verl_types import declared
     from grpokit.validate.verl_registries import registries
 
-    declared(), registries()  # verl's declared types and registered names: per install, like its defaults
-    for kept in ("verl_defaults-*.pickle", "verl_types-*.json", "verl_registries-*.json"):
+    declared(), registries(), table()  # verl's declared types, registered names, legacy keys: per install
+    for kept in ("verl_defaults-*.pickle", "verl_types-*.json", "verl_registries-*.json", "verl_legacy-*.json"):
         for file in cache_dir().glob(kept):
             shutil.copy(file, cache)
     return {**os.environ, "GRPOKIT_CACHE_DIR": str(cache)}

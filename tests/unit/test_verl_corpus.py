@@ -243,6 +243,30 @@ MUTATIONS = [
         "verl.actor_rollout_ref.actor.entropy_coeff",
         "first update: text x tensor",
     ),
+    (
+        ["reward_model.reward_manager=dapo"],
+        GRPO,
+        "verl.reward_model.reward_manager",
+        "trains with the default reward manager: main_ppo never reads reward_model.* (issue 34)",
+    ),
+    (
+        ["reward_model.enable=True"],
+        GRPO,
+        "verl.reward_model.enable",
+        "trains without the reward model: main_ppo never reads reward_model.* (issue 34)",
+    ),
+    (
+        ["custom_reward_function.path=/nonexistent/reward.py"],
+        GRPO,
+        "verl.custom_reward_function.path",
+        "trains with verl's default scoring: main_ppo reads reward.custom_reward_function (issue 34)",
+    ),
+    (
+        ["reward.reward_manager.name=dapo"],
+        GRPO,
+        None,
+        "trains with verl's DAPO reward manager (the key main_ppo reads)",
+    ),
 ]
 
 

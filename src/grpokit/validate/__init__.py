@@ -21,7 +21,9 @@ from grpokit.validate import (
     job_environment,
     job_needs,
     kit_checks,
+    legacy_keys,
     model_checks,
+    preset_algorithm,
     run_checks,
     slurm_request,
     verl_check,
@@ -41,12 +43,15 @@ def validate_point(spec: PointSpec) -> tuple[DictConfig | None, list[Problem]]:
 
 def _composed_checks(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
     """The checks that read verl's composed config of the point (they do not change it)."""
-    problems = verl_check.run_validate_config(spec, cfg)
+    problems = legacy_keys.check(spec)
+    problems += verl_check.run_validate_config(spec, cfg)
     problems += kit_checks.check_files(spec, cfg)
     problems += kit_checks.check_lengths(spec, cfg)
     problems += kit_checks.check_fused_kernels(spec, cfg)
     problems += data_steps.check_data_steps(spec, cfg)
-    problems += model_checks.check_model(spec, cfg, kit_checks.download_hint(spec))
+    problems += preset_algorithm.check(spec, cfg)
+    model_key, model_fix = kit_checks.model_hint(spec, cfg)
+    problems += model_checks.check_model(spec, cfg, model_fix, model_key)
     problems += kit_checks.check_cluster(spec)
     problems += kit_checks.check_runtime(spec)
     problems += gpu_plan.check(spec, cfg)

@@ -29,7 +29,6 @@ dataclass would leave a list to verl: the derivation would fail on the derived k
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import itertools
 import re
 import sys
@@ -37,6 +36,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from grpokit.config import verl_legacy
+from grpokit.config.key_hints import hints
 from grpokit.config.overrides import flat_base
 from grpokit.config.resolvers import derivation_inputs
 from grpokit.config.schema import LAUNCHER_ELSEWHERE, ClusterConf, SidecarConf, rename_deprecated
@@ -125,7 +126,7 @@ def kit_suggest(cfg: DictConfig, key: str) -> str:
     siblings = [str(k) for k in node.keys()] if node is not None and OmegaConf.is_dict(node) else []  # noqa: SIM118
     if key.startswith("sidecars.") and key.count(".") == 2:
         siblings = list(SidecarConf._names())
-    close = difflib.get_close_matches(leaf, siblings, n=3, cutoff=0.6)
+    close = hints(leaf, siblings)  # a misspelling or the words typed, never a guess across meanings
     if close:
         return "did you mean " + " or ".join(f"{parent + '.' if parent else ''}{c}" for c in close) + "?"
     if parent in groups():
@@ -299,7 +300,7 @@ def launcher_to_cluster(argv: list[str]) -> tuple[list[str], list[str], list[Pro
         elif leaf in LAUNCHER_ELSEWHERE:
             problems.append(Problem(ALL, bare, "the kit's launcher has no such key", f"set {LAUNCHER_ELSEWHERE[leaf]}"))
         else:
-            close = difflib.get_close_matches(leaf, ClusterConf._names(), n=1, cutoff=0.6)
+            close = hints(leaf, ClusterConf._names())
             fix = f"did you mean cluster.{close[0]}?" if close else "the Slurm request is cluster.* (--help lists it)"
             problems.append(Problem(ALL, bare, "the kit's launcher has no such key", fix))
     return out, notices, problems
@@ -358,6 +359,8 @@ def check(argv: list[str]) -> tuple[list[str], list[Problem]]:
         nodes = [_node(cfg, key) for cfg in configs]
         exists = all(n is not None for n in nodes)
         if not exists:
+            if (o.is_add() or o.is_force_add()) and key.startswith("verl.") and verl_legacy.legacy(key[5:]):
+                continue  # +verl.reward_model.reward_kwargs...: each point refuses it naming the key verl reads
             if o.is_add() or o.is_force_add():
                 if not _is_open(configs[0], key):
                     problems.append(

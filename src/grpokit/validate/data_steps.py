@@ -48,33 +48,34 @@ def train_rows(cfg: DictConfig) -> int | None:
     return total
 
 
+STEPS, CAP, EPOCHS = "trainer.total_training_steps", "data.train_max_samples", "trainer.total_epochs"
+
+
 def check_data_steps(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
     """One Problem when the point's data cannot last ``trainer.total_training_steps`` steps.
 
     Nothing to check when ``total_training_steps`` is unset (verl then runs its epochs) or the row
-    count is unknown. The fix names both keys that lift the limit and the smallest value of each.
+    count is unknown. The fix names the keys that lift the limit and the smallest value of each,
+    never a key the user typed bent to fit a preset value the user did not type: when the step
+    count comes from the experiment preset (a verl script typing ``data.train_batch_size=1024
+    trainer.total_epochs=15``), the fix names that preset key and ``=null`` (verl's own count,
+    its epochs over the data), and the preset's data cap with ``-1`` (every row).
     """
-    steps = OmegaConf.select(cfg, "trainer.total_training_steps")
+    steps = OmegaConf.select(cfg, STEPS)
     if steps is None:
         return []
     rows = train_rows(cfg)
     if rows is None:
         return []
-    cap = OmegaConf.select(cfg, "data.train_max_samples")
+    cap = OmegaConf.select(cfg, CAP)
     samples = min(rows, int(cap)) if cap is not None and int(cap) > 0 else rows
     batch = int(cfg.data.train_batch_size)
-    epochs = int(OmegaConf.select(cfg, "trainer.total_epochs") or 1)
+    epochs = int(OmegaConf.select(cfg, EPOCHS) or 1)
     per_epoch = samples // batch
     if per_epoch * epochs >= int(steps):
         return []
     capped = f"train_max_samples={cap}" if samples < rows else f"{rows} rows in data.train_files"
     need_samples = int(steps) * batch
-    if need_samples <= rows:
-        fix = f"set verl.data.train_max_samples>={need_samples}"
-    else:
-        fix = f"the train file has only {rows} rows: lower the steps or the batch"
-    if per_epoch > 0:
-        fix += f", or verl.trainer.total_epochs>={math.ceil(int(steps) / per_epoch)} (repeats the data)"
     return [
         Problem(
             spec.name,
@@ -82,6 +83,35 @@ def check_data_steps(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
             f"{steps} steps of batch {batch} need {need_samples} prompts, but the data gives "
             f"{per_epoch * epochs} step(s): {samples} prompts ({capped}) // {batch} x total_epochs={epochs}; "
             "verl would stop early and the point end failed",
-            fix,
+            _fix(spec, int(steps), batch, epochs, rows, samples, cap),
         )
     ]
+
+
+def _fix(spec: PointSpec, steps: int, batch: int, epochs: int, rows: int, samples: int, cap) -> str:
+    from grpokit.config.explicit import typed_verl_keys
+
+    typed = typed_verl_keys(spec.kit_overrides)
+    preset_steps = STEPS not in typed
+    preset_cap = CAP not in typed and samples < rows
+    per_epoch = samples // batch
+    need_samples = steps * batch
+    fixes = []
+    if need_samples <= rows and (preset_cap or not preset_steps):
+        fixes.append(f"verl.data.train_max_samples>={need_samples}")
+    if per_epoch > 0 and (EPOCHS not in typed or not preset_steps):
+        fixes.append(f"verl.trainer.total_epochs>={math.ceil(steps / per_epoch)} (repeats the data)")
+    if preset_steps and per_epoch > 0:
+        every = f"; {rows // batch * epochs} with verl.data.train_max_samples=-1 (all {rows} rows)" * preset_cap
+        fixes.append(
+            f"verl.trainer.total_training_steps=null (verl's own count, total_epochs={epochs} over the data: "
+            f"{per_epoch * epochs} steps{every})"
+        )
+    fix = f"set {', or '.join(fixes)}" if fixes else "lower verl.data.train_batch_size"
+    if need_samples > rows and not preset_steps:
+        fix = f"the train file has only {rows} rows: lower the steps or the batch, or {fix}"
+    preset = [f"verl.{STEPS}={steps}"] * preset_steps + [f"verl.{CAP}={cap}"] * preset_cap
+    if preset:
+        name = spec.experiment.get("name", "")
+        fix = f"the experiment preset {name} sets {' and '.join(preset)} (not typed): {fix}"
+    return fix

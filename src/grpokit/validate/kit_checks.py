@@ -28,29 +28,45 @@ def check_files(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
     """Training and validation parquet files, and the model's ``config.json``."""
     problems = []
     task = spec.experiment.get("task", "<task>")
-    data_dir = spec.experiment.get("data_dir", "<dir>")
     for key in ("data.train_files", "data.val_files"):
         for path in _paths(OmegaConf.select(cfg, key)):
             if not Path(path).is_file():
                 problems.append(
-                    Problem(
-                        spec.name,
-                        f"verl.{key}",
-                        f"data file {path} does not exist",
-                        kit_command("prepare-data", f"{task} --out {data_dir}"),
-                    )
+                    Problem(spec.name, f"verl.{key}", f"data file {path} does not exist", data_hint(task, key, path))
                 )
     model_path = Path(str(cfg.actor_rollout_ref.model.path))
     if not (model_path / "config.json").is_file():
-        problems.append(
-            Problem(
-                spec.name,
-                "model.path",
-                f"no model at {model_path} (config.json missing)",
-                download_hint(spec),
-            )
-        )
+        key, hint = model_hint(spec, cfg)
+        problems.append(Problem(spec.name, key, f"no model at {model_path} (config.json missing)", hint))
     return problems
+
+
+#: The files ``prepare_data.py <task> --out DIR`` writes (every task).
+PREPARED_FILES = ("train.parquet", "test.parquet")
+
+
+def data_hint(task: str, key: str, path: str) -> str:
+    """The fix for a missing data file, naming the path as given (typed, or the experiment's
+    ``data_dir``): the prepare command writing that very file, else a check of the path."""
+    file = Path(path)
+    prepare = kit_command("prepare-data", f"{task} --out {file.parent}")
+    if file.name in PREPARED_FILES:
+        return prepare
+    return f"check verl.{key}={path} ({prepare} writes {' and '.join(PREPARED_FILES)} there)"
+
+
+def model_hint(spec: PointSpec, cfg: DictConfig) -> tuple[str, str]:
+    """(the key to name, the fix) for the point's model folder: ``model.path`` and
+    :func:`download_hint` when the folder is the kit's model's; ``verl.actor_rollout_ref.model.path``
+    and that folder when the user typed verl's key (a verl launch script's own path)."""
+    path = str(cfg.actor_rollout_ref.model.path)
+    if Path(path) == Path(str(spec.model.get("path"))):
+        return "model.path", download_hint(spec)
+    key = "verl.actor_rollout_ref.model.path"
+    return key, (
+        f"put a Hugging Face model folder at {path} (e.g. hf download <hub id> --local-dir {path}), "
+        f"or set {key} to one"
+    )
 
 
 def download_hint(spec: PointSpec) -> str:

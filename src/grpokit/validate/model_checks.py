@@ -59,8 +59,11 @@ def _has_tokenizer(folder: Path) -> bool:
     return any((folder / name).is_file() for name in TOKENIZER_FILES) or any(folder.glob("*.tiktoken"))
 
 
-def check_model(spec: PointSpec, cfg: DictConfig, fix_download: str) -> list[Problem]:
+def check_model(spec: PointSpec, cfg: DictConfig, fix_download: str, model_key: str = "model.path") -> list[Problem]:
     """Lengths against the model's positions, and the tokenizer's files; ``[]`` when no model is there.
+
+    ``model_key`` and ``fix_download`` name the folder's key and how to fetch it
+    (:func:`grpokit.validate.kit_checks.model_hint`).
 
     A missing ``config.json`` is :func:`grpokit.validate.kit_checks.check_files`' problem.
     """
@@ -72,7 +75,7 @@ def check_model(spec: PointSpec, cfg: DictConfig, fix_download: str) -> list[Pro
     try:
         config = json.loads(config_file.read_text())
     except (OSError, ValueError) as exc:
-        return [Problem(spec.name, "model.path", f"{config_file} is not readable JSON ({exc})", fix_download)]
+        return [Problem(spec.name, model_key, f"{config_file} is not readable JSON ({exc})", fix_download)]
     positions, source = model_positions(config)
     prompt, response = int(cfg.data.max_prompt_length), int(cfg.data.max_response_length)
     if positions is not None:
@@ -102,7 +105,7 @@ def check_model(spec: PointSpec, cfg: DictConfig, fix_download: str) -> list[Pro
     tokenizer_path = cfg.actor_rollout_ref.model.get("tokenizer_path")
     tok_dir = Path(str(tokenizer_path)) if tokenizer_path else model_dir
     if not _has_tokenizer(tok_dir):
-        key = "verl.actor_rollout_ref.model.tokenizer_path" if tokenizer_path else "model.path"
+        key = "verl.actor_rollout_ref.model.tokenizer_path" if tokenizer_path else model_key
         problems.append(
             Problem(
                 spec.name,

@@ -225,31 +225,43 @@ _REGISTERED = (
 
 def check_registered(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
     """The advantage estimator, policy loss and reward manager: names verl registers."""
+    keys = [key for key, _, _ in _REGISTERED]
+    if str(_get(cfg, "reward.reward_manager.source", "register")) == "register":
+        keys.append(REWARD_MANAGER_KEY)
+    problems = []
+    for key in keys:
+        found = unregistered(key, _get(cfg, key))
+        if found:
+            problems.append(Problem(spec.name, f"verl.{key}", *found))
+    return problems
+
+
+#: The reward manager's name, looked up in verl's reward-loop registry when its source is ``register``.
+REWARD_MANAGER_KEY = "reward.reward_manager.name"
+
+
+def unregistered(key: str, value) -> tuple[str, str] | None:
+    """(message, fix) when ``value`` of verl ``key`` is a name verl does not register; None when it
+    does, when ``key`` names no registry (:data:`_REGISTERED`, :data:`REWARD_MANAGER_KEY`), or when the
+    installed verl lacks the registry."""
     import difflib
 
     from grpokit.validate.verl_registries import registries
 
-    names = registries()
-    checks = list(_REGISTERED)
-    if str(_get(cfg, "reward.reward_manager.source", "register")) == "register":
-        checks.append(("reward.reward_manager.name", "reward_manager", "Unknown reward manager at start"))
-    problems = []
-    for key, registry, when in checks:
-        value = _get(cfg, key)
-        known = names.get(registry)
-        if value is None or not known or str(value) in known:
-            continue
-        close = difflib.get_close_matches(str(value), known, n=1)
-        hint = f"did you mean {close[0]}? " if close else ""
-        problems.append(
-            Problem(
-                spec.name,
-                f"verl.{key}",
-                f"verl registers no {registry.replace('_', ' ')} {value!r} (verl: {when})",
-                f"{hint}set verl.{key} to one of {', '.join(known)}",
-            )
-        )
-    return problems
+    checks = {k: (registry, when) for k, registry, when in _REGISTERED}
+    checks[REWARD_MANAGER_KEY] = ("reward_manager", "Unknown reward manager at start")
+    if key not in checks or value is None:
+        return None
+    registry, when = checks[key]
+    known = registries().get(registry)
+    if not known or str(value) in known:
+        return None
+    close = difflib.get_close_matches(str(value), known, n=1)  # a registered name, spelt: one meaning
+    hint = f"did you mean {close[0]}? " if close else ""
+    return (
+        f"verl registers no {registry.replace('_', ' ')} {value!r} (verl: {when})",
+        f"{hint}set verl.{key} to one of {', '.join(known)}",
+    )
 
 
 def check_memory_fraction(spec: PointSpec, cfg: DictConfig) -> list[Problem]:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import difflib
+import functools
 import io
 import re
 import warnings
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from grpokit.config.key_hints import hints
 from grpokit.config.overrides import flat_base
 from grpokit.config.point import PointSpec
 from grpokit.config.verl_schema import apply_overrides, lean_imports
@@ -21,6 +22,7 @@ OPEN_PREFIXES = (
     "actor_rollout_ref.model.override_config.",
     "actor_rollout_ref.rollout.engine_kwargs.",
     "reward.custom_reward_function.reward_kwargs.",
+    "reward.reward_kwargs.",  # verl's reward managers read config.reward.get("reward_kwargs", {}) (DAPO's)
     "ray_kwargs.ray_init.",
 )
 _COULD_NOT_OVERRIDE = re.compile(r"Could not override '([^']+)'")
@@ -28,14 +30,30 @@ _FULL_KEY = re.compile(r"full_key: (\S+)")
 
 
 def suggest(key: str) -> str:
-    """``did you mean ...`` for a key verl does not have, from verl's own key names."""
-    base = flat_base()
-    parent = key.rsplit(".", 1)[0]
-    siblings = [k for k in base if k.rsplit(".", 1)[0] == parent] or list(base)
-    close = difflib.get_close_matches(key, siblings, n=3, cutoff=0.6)
+    """``did you mean ...`` for a key verl does not have, from verl's own keys and renames only
+    (:func:`grpokit.config.key_hints.hints`: a legacy key's new name, a misspelling, a key holding the
+    words typed, the same leaf elsewhere); no guess across meanings."""
+    from grpokit.config import verl_legacy
+
+    new = verl_legacy.translate(key)
+    if new:
+        return (
+            f"verl's main_ppo reads verl.{new} (verl translates {key.split('.', 1)[0]}.* only in its "
+            f"fully-async entry point): set verl.{new}"
+        )
+    close = hints(key, _known_keys())
     if close:
         return "did you mean " + " or ".join(f"verl.{c}" for c in close) + "?"
+    parent = key.rsplit(".", 1)[0]
     return f"check the key against {parent or 'verl'}'s options (python -m verl.trainer.main_ppo --cfg job)"
+
+
+@functools.lru_cache(maxsize=1)
+def _known_keys() -> tuple[str, ...]:
+    """verl's keys, leaves and the sections above them."""
+    base = flat_base()
+    sections = {".".join(k.split(".")[:i]) for k in base for i in range(1, k.count(".") + 1)}
+    return tuple(sorted(sections | {k for k in base if not k.rsplit(".", 1)[-1].startswith("_")}))
 
 
 def _open_parent(key: str, base: dict) -> bool:
@@ -75,13 +93,15 @@ def check_command_line(overrides: list[str]) -> list[Problem]:
 
 def check_added_keys(spec: PointSpec) -> list[Problem]:
     """A ``+key`` must go below a free-form mapping; anywhere else it is almost surely a typo."""
+    from grpokit.config import verl_legacy
+
     base = flat_base()
     problems = []
     for item in spec.verl_overrides:
         if not item.startswith("+"):
             continue
         key = item[1:].split("=", 1)[0]
-        if not _open_parent(key, base):
+        if not _open_parent(key, base) and not verl_legacy.legacy(key):  # a legacy key: legacy_keys says why
             problems.append(
                 Problem(
                     spec.name,

@@ -1,7 +1,8 @@
 """Merge a run's FSDP checkpoint into <run folder>/hf/ with verl's model merger.
 
 Usage: python launch/merge.py logs/<sweep>/<NNN>_<slug> [--step N] [--overwrite] [--dry-run]
-Default: the latest complete checkpoint; an incomplete one is refused with what is missing.
+Default: the latest complete checkpoint; an incomplete one is refused with what is missing. A failure
+is one line naming the checkpoint and the cause; the merger's whole output is in <run folder>/merge.log.
 """
 
 from __future__ import annotations
@@ -9,11 +10,10 @@ from __future__ import annotations
 import argparse
 import logging
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
-from grpokit.evaluation.model_merge import CheckpointError, merge_run
+from grpokit.evaluation.model_merge import CheckpointError, MergeError, last_line, merge_run
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     except (CheckpointError, FileExistsError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except subprocess.CalledProcessError as exc:
-        print(f"error: verl's model merger exited with {exc.returncode}", file=sys.stderr)
+    except MergeError as exc:  # one line: the checkpoint, the merger's exception, its log (never its traceback)
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # anything else still one line, naming the run folder
+        print(f"error: merging {args.run_dir} failed: {type(exc).__name__}: {last_line(str(exc))}", file=sys.stderr)
         return 1
     print(shlex.join(cmd))
     return 0

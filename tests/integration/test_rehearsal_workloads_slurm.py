@@ -73,7 +73,7 @@ def test_a_memalpha_rehearsal_runs_the_answer_server_memory_server_and_reward(
     # the real memory server asked the stand-in, and the real reward scored through both
     answer_log = (attempt / "sidecars" / "answer_llm.log").read_text()
     assert "POST /v1/" in answer_log, answer_log[-2000:]
-    assert "POST /batch_process" in (attempt / "sidecars" / "memory_server.log").read_text()
+    assert "/v1/chat/completions" in (attempt / "sidecars" / "memory_server.log").read_text()  # its calls
     metrics = [json.loads(line)["data"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert metrics[-1]["reward/memalpha_answer_errors"] == 0.0 and metrics[-1]["reward/memalpha_acc"] > 0.0
     endpoints = json.loads((run / "endpoints.json").read_text())["sidecars"]

@@ -335,6 +335,7 @@ LONGEST_FIRST = (
     "test_array_signals_slurm.py",
     "test_preemption_slurm.py",
     "test_chain_slurm.py",
+    "test_rehearsal_workloads_slurm.py",  # 4.3 min alone on an idle cluster (2026-12-05)
     "test_outcomes_slurm.py",
     "test_sweep_slurm.py",
     "test_guards_slurm.py",

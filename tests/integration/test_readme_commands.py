@@ -2,13 +2,15 @@
 here as written, in order, from the repository root, against the local Slurm cluster.
 
 Only what the README itself documents is set: the kit's environment active (``.venv/bin`` first on
-PATH, as ``source .venv/bin/activate`` does), ``GSM8K_SOURCE`` pointing at the local GSM8K folder
-and ``MODEL=tiny`` (the random-weight smoke model, built here) instead of the hub. The placeholders
+PATH, as ``source .venv/bin/activate`` does), ``GSM8K_SOURCE`` pointing at the local GSM8K folder,
+``MEMALPHA_SOURCE`` at the local NLU folder (``nlu:<folder>``) and ``MODEL=tiny`` (the random-weight
+smoke model, built here) instead of the hub. The placeholders
 ``<sweep>`` and ``<point>`` are filled in from what the commands printed (the sweep folder a sweep
 reports, its first point). A command whose comment carries ``[needs GPU]``, ``[needs hub]`` or ``[needs internet]`` (or
 a block whose first line is a comment carrying it) is skipped with that reason, and ``make test``
 (``[is the test suite]``) does not run itself. A command that submits to Slurm is followed until
-its jobs are final, and a point that ends ``failed``/``cancelled`` fails the test like a non-zero exit.
+its jobs are final (a chained job of ``after=[...]`` too), and a point that ends ``failed``/``cancelled``
+(or a chain that does not end ``completed``/``skipped``) fails the test like a non-zero exit.
 """
 
 from __future__ import annotations
@@ -90,6 +92,7 @@ def documented_env() -> dict[str, str]:
         VIRTUAL_ENV=str(venv),
         PATH=f"{venv / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}",
         GSM8K_SOURCE=str(SHARED / "data" / "gsm8k"),
+        MEMALPHA_SOURCE=f"nlu:{SHARED / 'data' / 'nlu'}",
         MODEL="tiny",
     )
     env.pop("GRPOKIT_TINY_MODEL", None)  # the README's commands build and use models/tiny themselves
@@ -97,7 +100,7 @@ def documented_env() -> dict[str, str]:
 
 
 def wait_sweep(sweep: Path, env: dict[str, str]) -> list[dict]:
-    """status.py --json of the sweep once every point is final (fails the test at the deadline)."""
+    """status.py --json of the sweep once every point and chained job is final (fails the test at the deadline)."""
     deadline = time.monotonic() + JOB_TIMEOUT_S
     while True:
         res = subprocess.run(
@@ -110,7 +113,8 @@ def wait_sweep(sweep: Path, env: dict[str, str]) -> list[dict]:
         )
         assert res.returncode == 0, res.stderr
         rows = json.loads(res.stdout)
-        if all(r["state"] not in ("queued", "running", "unknown") for r in rows):
+        live = ("queued", "running", "unknown")
+        if all(r["state"] not in live and r.get("chain") not in ("queued", "running") for r in rows):
             return rows
         if time.monotonic() > deadline:
             pytest.fail(f"{sweep}: not final after {JOB_TIMEOUT_S} s: {[(r['name'], r['state']) for r in rows]}")
@@ -132,10 +136,14 @@ def wait_batch_job(job: str) -> str:
 def settle_sweeps(pending: list[tuple[str, Path]], env: dict[str, str], failures: list[str]) -> None:
     """Await the sweeps ``(command, sweep folder)`` started before; a point not completed/skipped fails."""
     for text, sweep_dir in pending:
-        bad = [(r["name"], r["state"], r["reason"]) for r in wait_sweep(sweep_dir, env)]
-        bad = [b for b in bad if b[1] not in GOOD_STATES]
+        rows = wait_sweep(sweep_dir, env)
+        bad = [(r["name"], r["state"], r["reason"]) for r in rows if r["state"] not in GOOD_STATES]
         if bad:
             failures.append(f"{text}: points not completed/skipped_no_gpu: {bad}")
+        chains = [(r["name"], r["chain"], r["chain_reason"]) for r in rows if "chain" in r]
+        bad_chains = [c for c in chains if c[1] not in ("completed", "skipped")]
+        if bad_chains:
+            failures.append(f"{text}: chained jobs not completed/skipped: {bad_chains}")
     pending.clear()
 
 

@@ -212,5 +212,7 @@ def test_a_merger_failure_is_recorded_with_the_mergers_own_last_line(bare_point,
     (run / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("2")
     assert chain_job.main([str(run), "--steps", "merge"]) == 1
     record = json.loads((run / "chain_status.json").read_text())
-    assert record["state"] == "failed" and record["reason"].startswith("merge: verl's model merger exited 1: ")
+    actor = run / "checkpoints" / "global_step_2" / "actor"
+    prefix = f"merge: merging {actor} failed: verl's model merger exited 1: "
+    assert record["state"] == "failed" and record["reason"].startswith(prefix), record
     assert "UnpicklingError" in record["reason"]  # the merger's own exception, from its stderr

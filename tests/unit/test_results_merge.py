@@ -186,10 +186,16 @@ def test_a_sweep_folder_is_named_as_one_with_a_point_folder_to_pass(tmp_path, ca
 
 
 def test_merger_failure_is_reported(run_dir, monkeypatch, capsys):
-    # The fake shards are not torch files: verl's real merger fails and merge.py says so.
+    # The fake shards are not torch files: verl's real merger fails and merge.py says so in one line
+    # (the checkpoint, the merger's exception, its log), never its traceback; no hf/ is left.
     cli = load_cli()
     assert cli.main([str(run_dir)]) == 1
-    assert "model merger exited with" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip()
+    actor = run_dir / "checkpoints" / "global_step_20" / "actor"
+    assert err.startswith(f"error: merging {actor} failed: verl's model merger exited 1: ") and "\n" not in err
+    assert "Traceback" not in err and err.endswith(f"(whole output: {run_dir / 'merge.log'})")
+    assert "Traceback" in (run_dir / "merge.log").read_text()
+    assert not (run_dir / "hf").exists()
 
 
 @pytest.mark.timeout(180)

@@ -4,7 +4,9 @@ Usage: python launch/merge.py logs/<sweep>/<NNN>_<slug> [--step N] [--overwrite]
 Default: the latest complete checkpoint; an incomplete one is refused with what is missing. A sweep
 folder is refused with a point folder to pass instead. ``hf/`` holding a model already is kept
 unless --overwrite (verl's merger then writes its files over it). --dry-run runs nothing: it says
-what the merge would do (an ``hf/`` already there included), then prints the merger's command.
+what the merge would do (an ``hf/`` already there included), then prints the merger's command. A
+failure is one line naming the checkpoint and the cause; the merger's whole output is in
+<run folder>/merge.log.
 """
 
 from __future__ import annotations
@@ -12,11 +14,17 @@ from __future__ import annotations
 import argparse
 import logging
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
-from grpokit.evaluation.model_merge import CheckpointError, SweepFolderGiven, merge_run, plan_merge
+from grpokit.evaluation.model_merge import (
+    CheckpointError,
+    MergeError,
+    SweepFolderGiven,
+    last_line,
+    merge_run,
+    plan_merge,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     except (CheckpointError, SweepFolderGiven, FileExistsError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except subprocess.CalledProcessError as exc:
-        print(f"error: verl's model merger exited with {exc.returncode}", file=sys.stderr)
+    except MergeError as exc:  # one line: the checkpoint, the merger's exception, its log (never its traceback)
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # anything else still one line, naming the run folder
+        print(f"error: merging {args.run_dir} failed: {type(exc).__name__}: {last_line(str(exc))}", file=sys.stderr)
         return 1
     print(shlex.join(cmd))
     return 0

@@ -18,6 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from grpokit.config.explicit import raise_unresolvable, refuse_replaced, typed_verl_keys, yield_presets
 from grpokit.config.overrides import format_value, verl_overrides
+from grpokit.config.rehearsal_plan import rehearsal_sidecars, rehearsal_trainer_env
 from grpokit.config.schema import ClusterConf, RuntimeConf, SidecarConf, section_notices, sidecar_settings
 from grpokit.problems import Problem, SweepValidationError
 from grpokit.rehearsal import TRAINER_CMD as REHEARSAL_TRAINER_CMD
@@ -192,6 +193,18 @@ def hardware_request(cluster: ClusterConf, hardware: dict[str, Any]) -> tuple[Cl
     return dataclasses.replace(cluster, constraint=str(features)), notice
 
 
+def _chain_steps(after: Any) -> tuple[str, ...]:
+    """``after`` as chain steps; () when it is invalid (the chain's own check refuses it, naming the fix)."""
+    from grpokit.config.schema import ChainConf
+
+    if OmegaConf.is_config(after):
+        after = OmegaConf.to_container(after, resolve=True)
+    try:
+        return ChainConf.steps_of(after)
+    except ValueError:
+        return ()
+
+
 def build_point(
     cfg: DictConfig,
     *,
@@ -228,10 +241,13 @@ def build_point(
     sections, deprecations = _typed_sections(cfg, name, kit_overrides)
     hardware = _section(cfg, "hardware")
     sections["cluster"], gpu_notice = hardware_request(sections["cluster"], hardware)
-    if cfg.get("rehearse"):  # grpokit.rehearsal: the stand-in trainer, on any node
+    if cfg.get("rehearse"):  # grpokit.rehearsal: the stand-in trainer and answer server, on any node
+        runtime = sections["runtime"]
+        env = {**rehearsal_trainer_env(_chain_steps(cfg.get("after"))), **runtime.env}  # runtime.env.* typed wins
         sections["runtime"] = dataclasses.replace(
-            sections["runtime"], trainer_cmd=list(REHEARSAL_TRAINER_CMD), needs_gpu=False, rehearsal=True
+            runtime, trainer_cmd=list(REHEARSAL_TRAINER_CMD), needs_gpu=False, rehearsal=True, env=env
         )
+        sections["sidecars"] = rehearsal_sidecars(sections["sidecars"])
     for key in ("trainer.project_name", "trainer.experiment_name"):
         if key in typed:  # honoured: the user's names for verl's loggers
             derived[key] = OmegaConf.select(cfg, f"verl.{key}")

@@ -39,7 +39,8 @@ Main keys (key=value; a,b,c sweeps a key with -m):
                             halving.keep=0.5 by halving.metric=val_acc (halving.mode=max), and so on
   use_live_code=true        jobs import the live code instead of the sweep's snapshot in <sweep>/code
   rehearse=true             rehearse the sweep without CUDA: the same Slurm path (arrays, sidecars,
-                            Ray, checkpoints, requeues) with the kit's stand-in for verl's trainer
+                            Ray, checkpoints, requeues, after=[merge,eval]) with the kit's stand-ins
+                            for verl's trainer and vllm serve
   runtime.pruning.<rule>=v  stop a point on RL failure signs (kl_max, entropy_min, reward_stuck_at,
                             nonfinite_steps); runtime.pruning=null turns the rules off
   runtime.wandb_mode        online | offline | disabled (with verl.trainer.logger=[console,wandb])

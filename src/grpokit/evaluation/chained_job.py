@@ -14,6 +14,7 @@ is moved aside to ``hf.<time>`` / ``eval.<time>``, never overwritten.
 
     {"state": "running" | "completed" | "failed" | "skipped", "reason": str, "job_id": str | null,
      "steps": [str], "point_state": str, "started": iso8601, "ended": iso8601 | null,
+     "rehearsal": true (only for a rehearse=true point: its accuracies are made up),
      "merge": {"step": int, "hf": path, "elapsed_s": float},
      "eval": {"n": int, "base": float, "trained": float, "delta": float, "summary": path,
               "elapsed_s": float}}
@@ -63,13 +64,30 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
+def failure_reason(step: str, exc: BaseException) -> str:
+    """The chain's one-line reason for ``exc`` raised in ``step``: ``merge: merging <ckpt> failed: verl's
+    model merger exited 1: <its exception> (whole output: <run>/merge.log)``, ``merge: CheckpointError:
+    ...``; never empty (an exception without a message is named by its type)."""
+    from grpokit.evaluation.model_merge import MergeError
+
+    if isinstance(exc, MergeError):
+        return f"{step}: {exc}"
+    if isinstance(exc, subprocess.CalledProcessError):
+        said = _last_line(exc.stderr or "")
+        what = f"{step}: {exc.cmd[0] if exc.cmd else 'a command'} exited {exc.returncode}"
+        return what + (f": {said}" if said else "")
+    said = _last_line(str(exc))
+    return f"{step}: {type(exc).__name__}" + (f": {said}" if said else "")
+
+
 def run_chain(run_dir: Path, steps: list[str], eval_args: list[str]) -> dict[str, Any]:
     """Run ``steps`` for the point in ``run_dir``; returns the final ``chain_status.json`` record."""
     folder = RunFolder(run_dir)
     try:
-        point_state, why = read_status(run_dir).state, None
+        status = read_status(run_dir)
+        point_state, why, rehearsal = status.state, None, bool(status.rehearsal)
     except StatusFileError as exc:  # the chain still says what happened, in chain_status.json
-        point_state, why = None, str(exc)
+        point_state, why, rehearsal = None, str(exc), False
     record: dict[str, Any] = {
         "state": "running",
         "reason": f"running {','.join(steps)}",
@@ -79,6 +97,8 @@ def run_chain(run_dir: Path, steps: list[str], eval_args: list[str]) -> dict[str
         "started": now(),
         "ended": None,
     }
+    if rehearsal:  # rehearse=true: rehearsal weights merged, the rehearsal answer server's made-up answers scored
+        record["rehearsal"] = True
     write_json_atomic(folder.chain_status, record)
     if point_state != "completed":
         reason = why or f"point ended {point_state}: nothing to merge"
@@ -120,12 +140,8 @@ def run_chain(run_dir: Path, steps: list[str], eval_args: list[str]) -> dict[str
         record.update(state="completed", reason=f"{','.join(steps)} done", ended=now())
     except _Stopped:
         record.update(state="failed", reason=f"{step}: stopped by SIGTERM (time limit or scancel)", ended=now())
-    except subprocess.CalledProcessError as exc:
-        said = _last_line(exc.stderr or "")
-        reason = f"{step}: verl's model merger exited {exc.returncode}" + (f": {said}" if said else "")
-        record.update(state="failed", reason=reason, ended=now())
-    except Exception as exc:  # every failure ends in chain_status.json, with the step and its first line
-        record.update(state="failed", reason=f"{step}: {type(exc).__name__}: {_last_line(str(exc))}", ended=now())
+    except Exception as exc:  # every failure ends in chain_status.json, with the step and its cause
+        record.update(state="failed", reason=failure_reason(step, exc), ended=now())
     write_json_atomic(folder.chain_status, record)
     return record
 

@@ -8,7 +8,9 @@ verl 0.9.1 CLI (``verl/model_merger/base_model_merger.py::parse_args``)::
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -118,6 +120,58 @@ def merge_command(ckpt: CheckpointInfo, target_dir: Path, python: str | None = N
     ]
 
 
+#: The merger's whole output (stdout and stderr) for the latest merge of a run, beside ``hf/``.
+MERGE_LOG = "merge.log"
+#: What the rehearsal trainer writes into ``actor/`` (grpokit.rehearsal.rehearsal_trainer.REHEARSAL_MARK).
+REHEARSAL_MARK = "rehearsal.json"
+
+
+class MergeError(subprocess.CalledProcessError):
+    """verl's model merger exited non-zero; ``str()`` is one line (:func:`merge_failure_line`)."""
+
+    def __init__(self, returncode: int, cmd: list[str], stderr: str, checkpoint: Path, log_path: Path) -> None:
+        super().__init__(returncode, cmd, stderr=stderr)
+        self.checkpoint, self.log_path = checkpoint, log_path
+
+    def __str__(self) -> str:
+        return merge_failure_line(self.checkpoint, self.returncode, self.stderr or "", self.log_path)
+
+
+def last_line(text: str) -> str:
+    """The last non-empty line of ``text`` (a traceback's exception), stripped; "" when none."""
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def merge_failure_line(checkpoint: Path, returncode: int, output: str, log_path: Path | None) -> str:
+    """One line for a failed merge: the checkpoint, the merger's exit status, its last output line
+    (the exception) and where its whole output is, e.g. ``merging .../global_step_2/actor failed:
+    verl's model merger exited 1: AttributeError: ... (whole output: <run>/merge.log)``."""
+    said = last_line(output)
+    where = f" (whole output: {log_path})" if log_path else ""
+    what = f"merging {checkpoint} failed: verl's model merger exited {returncode}"
+    return what + (f": {said}" if said else "") + where
+
+
+def rehearsal_refusal(actor_dir: Path) -> str | None:
+    """Why a rehearsal checkpoint cannot be merged, or None (not a rehearsal's, or it holds real weights).
+
+    The rehearsal trainer (``rehearse=true``) writes ``actor/rehearsal.json``; its shards hold the
+    model's weights only when the sweep chained ``merge`` (``FAKE_TRAINER_REAL_WEIGHTS=1``).
+    """
+    mark = Path(actor_dir) / REHEARSAL_MARK
+    try:
+        data = json.loads(mark.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("real_weights"):
+        return None
+    return (
+        f"{actor_dir} is a rehearsal checkpoint without weights (rehearse=true saves the model's weights only "
+        "when the sweep has after=[merge,...]); there is nothing to merge: rehearse with after=[merge,eval]"
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class MergePlan:
     """What ``grpokit merge`` would do. checkpoint: the chosen one; target: ``<run>/hf``; argv: verl's
@@ -148,7 +202,7 @@ def plan_merge(run_dir: Path, step: int | None = None, python: str | None = None
     Raises:
         FileNotFoundError: ``run_dir`` is not a folder.
         SweepFolderGiven: ``run_dir`` is a sweep folder (the line names a point folder to pass).
-        CheckpointError: see :func:`choose_checkpoint`.
+        CheckpointError: see :func:`choose_checkpoint`; also a rehearsal checkpoint without weights.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -156,6 +210,9 @@ def plan_merge(run_dir: Path, step: int | None = None, python: str | None = None
     if (run_dir / MANIFEST).is_file():
         raise SweepFolderGiven(sweep_folder_line(run_dir))
     ckpt = choose_checkpoint(run_dir, step)
+    refusal = rehearsal_refusal(ckpt.actor_dir)
+    if refusal:
+        raise CheckpointError(refusal)
     target = run_dir / HF_DIR
     holds = target.is_dir() and any(target.iterdir())
     return MergePlan(ckpt, target, merge_command(ckpt, target, python), holds)
@@ -164,12 +221,15 @@ def plan_merge(run_dir: Path, step: int | None = None, python: str | None = None
 def merge_run(run_dir: Path, step: int | None = None, overwrite: bool = False, dry_run: bool = False) -> list[str]:
     """Merge the chosen checkpoint of run_dir into ``<run_dir>/hf``; returns the argv run.
 
+    The merger's whole output goes to ``<run_dir>/merge.log``; after a failure no empty or partial
+    ``hf/`` is left (one that held a model before, with ``overwrite``, is kept as the merger left it).
     dry_run: run nothing and refuse nothing that only the merge itself would refuse (``hf/`` holding a
     model); :meth:`MergePlan.describe` says what the real merge would do.
 
     Raises FileNotFoundError, SweepFolderGiven and CheckpointError (see :func:`plan_merge`),
     FileExistsError when ``hf/`` already holds files and overwrite is False, and
-    subprocess.CalledProcessError (with the merger's ``stderr``) when the merger fails.
+    :class:`MergeError` (a CalledProcessError whose ``str()`` is one line: checkpoint, exit status,
+    the merger's last line, the log) when the merger fails.
     """
     plan = plan_merge(run_dir, step)
     if dry_run:
@@ -178,9 +238,13 @@ def merge_run(run_dir: Path, step: int | None = None, overwrite: bool = False, d
         raise FileExistsError(f"{plan.target} already holds a merged model; pass --overwrite to replace it")
     argv = plan.argv
     log.info("merging step %d of %s: %s", plan.checkpoint.step, run_dir, " ".join(argv))
-    # stderr passed through and kept: a failure's last line (the merger's exception) is its reason
-    done = subprocess.run(argv, stderr=subprocess.PIPE, text=True)
-    sys.stderr.write(done.stderr)
+    log_path = Path(run_dir) / MERGE_LOG
+    with open(log_path, "w") as out:
+        done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT)
     if done.returncode != 0:
-        raise subprocess.CalledProcessError(done.returncode, argv, stderr=done.stderr)
+        if not plan.target_holds_model:  # what is there now is this merge's own, empty or partial
+            shutil.rmtree(plan.target, ignore_errors=True)
+        raise MergeError(
+            done.returncode, argv, log_path.read_text(errors="replace"), plan.checkpoint.actor_dir, log_path
+        )
     return argv

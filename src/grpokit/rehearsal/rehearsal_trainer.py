@@ -246,6 +246,9 @@ class NodeWorkers:
 
 
 NODE_WORKERS: NodeWorkers | None = None
+#: The file each save writes into ``actor/`` beside verl's: ``{"rehearsal": true, "real_weights": bool}``
+#: (``grpokit merge`` refuses a rehearsal checkpoint without weights, naming why).
+REHEARSAL_MARK = "rehearsal.json"
 #: ``FAKE_TRAINER_REAL_WEIGHTS=1``: the model folder (``actor_rollout_ref.model.path``) whose weights
 #: each save writes as verl's FSDP shard, so verl's model merger merges a real checkpoint.
 REAL_WEIGHTS_FROM: Path | None = None
@@ -286,6 +289,8 @@ def save(ckpt: Path, step: int, world: int, crash_in_save: int | None) -> None:
     (actor / "huggingface" / "config.json").write_text(json.dumps({"model_type": "qwen3"}))
     if REAL_WEIGHTS_FROM is not None:
         real_weights(actor, REAL_WEIGHTS_FROM, world)
+    # not verl's: says that a stand-in wrote this checkpoint, and whether its shards hold weights
+    (actor / REHEARSAL_MARK).write_text(json.dumps({"rehearsal": True, "real_weights": REAL_WEIGHTS_FROM is not None}))
     if crash_in_save == step:
         os._exit(9)  # killed mid-save: shards written, data.pt and tracker not
     write_pt(step_dir / "data.pt", {"step": step})  # verl: the dataloader's state_dict

@@ -66,7 +66,12 @@ def chain_columns(
             # it recorded 'running' and never closed: killed (time limit past SIGTERM, node failure)
             out.update(chain=word, chain_reason=f"job {job_id} ended {slurm.state} while running ({own.get('reason')})")
         else:
-            out.update(chain=own.get("state"), chain_reason=own.get("reason"))
+            state = own.get("state")
+            reason = own.get("reason") or (
+                f"job {job_id} recorded {state} without a reason; see {RunFolder(run_dir).chain_status} and its "
+                "Slurm output"
+            )
+            out.update(chain=state, chain_reason=reason)
         return out
     after = record.get("after")
     if word in ("queued", "running"):
@@ -84,3 +89,16 @@ def chain_columns(
         why = f"Slurm no longer knows job {job_id} and it wrote no chain_status.json"
         out.update(chain="unknown", chain_reason=why)
     return out
+
+
+#: Chain states that say something went wrong: the status table's reason column shows the chain's reason.
+CHAIN_TROUBLE = ("failed", "cancelled", "not_submitted", "unknown")
+
+
+def shown_reason(point_reason: str | None, point_state: str, chain: str | None, chain_reason: str | None) -> str:
+    """The status table's reason for a point with a chained job: the chain's (``chain failed: merge:
+    ...``) when the chain is in trouble (:data:`CHAIN_TROUBLE`) and the point itself ended well
+    (completed, skipped_no_gpu), else the point's own; "" when neither has one."""
+    if chain in CHAIN_TROUBLE and point_state in ("completed", "skipped_no_gpu"):
+        return f"chain {chain}: {chain_reason or 'no reason recorded'}"
+    return point_reason or ""

@@ -17,6 +17,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from grpokit.reports.chain_view import shown_reason
 from grpokit.reports.summary import last_reward, point_reason
 from grpokit.run_folder import startup_view
 from grpokit.run_folder.metrics import merge_attempts, val_acc_keys
@@ -347,7 +348,8 @@ def render_table(sweep: Sweep, rows: list[StatusRow], width: int | None = None) 
         table.add_column("reason", min_width=REASON_MIN, max_width=max(REASON_MIN, min(60, left)))
     else:
         table.add_column("reason", no_wrap=True)
-    reasons = [Text((r.reason or "").split("\n")[0], no_wrap=True, overflow="ellipsis") for r in rows]
+    shown = [shown_reason(r.reason, r.state, r.extra.get("chain"), r.extra.get("chain_reason")) for r in rows]
+    reasons = [Text(reason.split("\n")[0], no_wrap=True, overflow="ellipsis") for reason in shown]
     for i, reason in enumerate(reasons):
         table.add_row(*[c[3][i] for c in cols], reason)
     return table

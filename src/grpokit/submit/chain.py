@@ -36,7 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from grpokit.config.point import PointSpec
+from grpokit.config.rehearsal_plan import rehearsal_chain_refusal
 from grpokit.config.schema import ChainConf
+from grpokit.rehearsal import ANSWER_SERVER_CMD as REHEARSAL_SERVER_CMD
 from grpokit.run_folder import now, write_json_atomic
 from grpokit.run_folder.layout import SweepFolder
 from grpokit.slurm.scancel import scancel
@@ -70,7 +72,12 @@ def plan_of(
 
     Raises:
         ChainError: an unknown step (with "did you mean"), ``after``/``chain.*`` swept, successive
-            halving on, a point not on Slurm or without checkpoints, naming the point and key.
+            halving on, a point not on Slurm or without checkpoints, a rehearsal point whose trainer
+            world is not one GPU (its checkpoint's real weights are a world-size-1 shard), naming the
+            point and key.
+
+    With ``rehearse=true`` and no ``chain.server_command``, ``eval`` serves both models with the
+    rehearsal answer server (:data:`grpokit.rehearsal.ANSWER_SERVER_CMD`) instead of vLLM.
     """
     from omegaconf import OmegaConf
 
@@ -102,6 +109,14 @@ def plan_of(
                 f"[{spec.name}] verl.trainer.save_freq: merge needs the final checkpoint, which verl writes only "
                 "with trainer.save_freq > 0; set verl.trainer.save_freq > 0"
             )
+        if spec.runtime.rehearsal:
+            world = (int(spec.verl_value("trainer.nnodes") or 1), int(spec.verl_value("trainer.n_gpus_per_node") or 1))
+            refusal = rehearsal_chain_refusal(spec.name, steps, *world)
+            if refusal:
+                raise ChainError(refusal)
+    if any(spec.runtime.rehearsal for spec in specs) and "eval" in steps and not settings.server_command:
+        # rehearse=true: base and merged model served by the rehearsal answer server, not vLLM (no GPU)
+        settings = dataclasses.replace(settings, server_command=list(REHEARSAL_SERVER_CMD))
     return ChainPlan(steps, settings)
 
 

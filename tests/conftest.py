@@ -322,6 +322,35 @@ def bare_point():
     return _bare_point
 
 
+def _local_sweep(root: Path, completed: str = "reached step 4", failed: str = "trainer exited 3 at step 3") -> list:
+    """A two-point local sweep in folder ``root`` as the sweep command leaves it (absolute run folders,
+    the claim's submission line, the manifest): 000 completed, 001 failed (resubmittable), with the
+    reasons given."""
+    from grpokit.run_folder import claim as folder
+    from grpokit.run_folder.manifest import write_manifest
+
+    specs = [_bare_point(root, i, {"kind": "local"}, root.name) for i in range(2)]
+    with folder.claim(root.parent, root.name, generated=False, resume=False) as c:
+        for s in specs:
+            Path(s.run_dir).mkdir(parents=True)
+            (Path(s.run_dir) / "point.json").write_text(s.to_json())
+        write_manifest(root, specs, [None, None], experiment="e", cluster="local", swept_keys=[])
+        c.record("new", [s.name for s in specs], [None, None])
+    for s, state, reason in zip(specs, ["completed", "failed"], [completed, failed], strict=True):
+        attempts = [{"attempt": 1, "start": "2026-01-01T00:00:00+00:00"}]
+        (Path(s.run_dir) / "status.json").write_text(
+            json.dumps({"state": state, "reason": reason, "attempts": attempts})
+        )
+    return specs
+
+
+@pytest.fixture
+def local_sweep():
+    """``local_sweep(root, completed=..., failed=...) -> specs``: a two-point local sweep, 000 completed
+    and 001 failed (:func:`_local_sweep`)."""
+    return _local_sweep
+
+
 # --- the order the parallel part starts its files in ---------------------------------------------
 
 #: The integration files that run longest, about longest first (each file's tests took 2.5-7.5

@@ -11,7 +11,6 @@ whatever the code under test does. Reaching that refusal means every writing ste
 from __future__ import annotations
 
 import errno
-import json
 import os
 import shutil
 import subprocess
@@ -21,7 +20,6 @@ from pathlib import Path
 import pytest
 
 from grpokit.run_folder import claim as folder
-from grpokit.run_folder.manifest import write_manifest
 
 REPO = Path(__file__).resolve().parents[2]
 REFUSAL = "test stand-in refuses every submission"
@@ -164,27 +162,11 @@ def test_a_sweep_whose_folder_cannot_be_created_says_one_line(full_fs, sweep):
     assert not (logs / "full").exists()
 
 
-def _local_sweep(root: Path, bare_point) -> list:
-    """A local sweep whose point 001 failed (resubmittable), as the sweep command leaves it."""
-    specs = [bare_point(root, i, {"kind": "local"}, root.name) for i in range(2)]
-    with folder.claim(root.parent, root.name, generated=False, resume=False) as c:
-        for s in specs:
-            Path(s.run_dir).mkdir(parents=True)
-            (Path(s.run_dir) / "point.json").write_text(s.to_json())
-        write_manifest(root, specs, [None, None], experiment="e", cluster="local", swept_keys=[])
-        c.record("new", [s.name for s in specs], [None, None])
-    for s, state in zip(specs, ["completed", "failed"], strict=True):
-        (Path(s.run_dir) / "status.json").write_text(
-            json.dumps({"state": state, "reason": state, "attempts": [{"attempt": 1, "start": "2026-01-01T00:00:00"}]})
-        )
-    return specs
-
-
-def test_resubmit_on_a_full_disk_says_one_line_and_leaves_the_sweep_as_it_was(full_fs, bare_point, capsys):
+def test_resubmit_on_a_full_disk_says_one_line_and_leaves_the_sweep_as_it_was(full_fs, local_sweep, capsys):
     from grpokit.cli import resubmit as cli
 
     root = full_fs / "logs" / "local"
-    _local_sweep(root, bare_point)
+    local_sweep(root)
     submissions = (root / "submissions.jsonl").read_bytes()
     manifest = (root / "manifest.json").read_bytes()
     fill(full_fs)
@@ -198,9 +180,9 @@ def test_resubmit_on_a_full_disk_says_one_line_and_leaves_the_sweep_as_it_was(fu
     assert not list(root.glob("*/resubmit.json"))
 
 
-def test_report_on_a_full_disk_says_one_line(full_fs, bare_point):
+def test_report_on_a_full_disk_says_one_line(full_fs, local_sweep):
     root = full_fs / "logs" / "local"
-    _local_sweep(root, bare_point)
+    local_sweep(root)
     fill(full_fs)
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     done = subprocess.run(

@@ -10,32 +10,14 @@ from pathlib import Path
 import pytest
 
 from grpokit.cli import resubmit, status
-from grpokit.run_folder import claim as folder
-from grpokit.run_folder.manifest import write_manifest
 from grpokit.submit import resubmit_points
 
 
-def local_sweep(root: Path, bare_point) -> list:
-    """A sweep as the sweep command leaves it (absolute run folders): 000 completed, 001 failed."""
-    specs = [bare_point(root, i, {"kind": "local"}, root.name) for i in range(2)]
-    with folder.claim(root.parent, root.name, generated=False, resume=False) as c:
-        for s in specs:
-            Path(s.run_dir).mkdir(parents=True)
-            (Path(s.run_dir) / "point.json").write_text(s.to_json())
-        write_manifest(root, specs, [None, None], experiment="e", cluster="local", swept_keys=[])
-        c.record("new", [s.name for s in specs], [None, None])
-    for s, state in zip(specs, ["completed", "failed"], strict=True):
-        (Path(s.run_dir) / "status.json").write_text(
-            json.dumps({"state": state, "reason": f"it {state}", "attempts": [{"attempt": 1, "start": "2026-01-01"}]})
-        )
-    return specs
-
-
 def test_status_of_a_moved_sweep_folder_says_where_it_was_and_reads_the_points_where_they_are(
-    tmp_path, bare_point, capsys
+    tmp_path, local_sweep, capsys
 ):
     old = tmp_path / "logs" / "lr"
-    local_sweep(old, bare_point)
+    local_sweep(old)
     new = tmp_path / "elsewhere" / "lr"
     new.parent.mkdir()
     shutil.move(old, new)
@@ -47,9 +29,9 @@ def test_status_of_a_moved_sweep_folder_says_where_it_was_and_reads_the_points_w
     assert [(r["name"], r["state"]) for r in json.loads(out)] == [("000", "completed"), ("001", "failed")]
 
 
-def test_resubmit_of_a_moved_sweep_folder_is_one_line_naming_both_places(tmp_path, bare_point, capsys):
+def test_resubmit_of_a_moved_sweep_folder_is_one_line_naming_both_places(tmp_path, local_sweep, capsys):
     old = tmp_path / "logs" / "lr"
-    local_sweep(old, bare_point)
+    local_sweep(old)
     new = tmp_path / "lr_moved"
     shutil.move(old, new)
     submissions = (new / "submissions.jsonl").read_bytes()
@@ -62,9 +44,9 @@ def test_resubmit_of_a_moved_sweep_folder_is_one_line_naming_both_places(tmp_pat
     assert not list(new.glob("*/resubmit.json")) and not old.exists()
 
 
-def test_a_deleted_run_folder_is_named_by_status_and_resubmit(tmp_path, bare_point, capsys):
+def test_a_deleted_run_folder_is_named_by_status_and_resubmit(tmp_path, local_sweep, capsys):
     root = tmp_path / "logs" / "lr"
-    specs = local_sweep(root, bare_point)
+    specs = local_sweep(root)
     shutil.rmtree(specs[1].run_dir)  # the failed point's folder, deleted by hand
     assert status.main([str(root), "--json"]) == 0
     out, err = capsys.readouterr()

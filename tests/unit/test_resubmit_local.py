@@ -24,24 +24,10 @@ def _status(run_dir: Path, state: str, reason: str) -> None:
     )
 
 
-def local_sweep(root: Path, bare_point) -> list:
-    """A local sweep as the sweep command leaves it: point 000 completed, 001 failed."""
-    specs = [bare_point(root, i, {"kind": "local"}, root.name) for i in range(2)]
-    with folder.claim(root.parent, root.name, generated=False, resume=False) as c:
-        for s in specs:
-            Path(s.run_dir).mkdir(parents=True)
-            (Path(s.run_dir) / "point.json").write_text(s.to_json())
-        write_manifest(root, specs, [None, None], experiment="e", cluster="local", swept_keys=[])
-        c.record("new", [s.name for s in specs], [None, None])
-    _status(Path(specs[0].run_dir), "completed", "reached step 4")
-    _status(Path(specs[1].run_dir), "failed", "trainer exited 3 at step 3")
-    return specs
-
-
 def test_a_local_point_that_fails_again_makes_resubmit_exit_1_naming_it_and_why(
-    tmp_path, bare_point, monkeypatch, capsys
+    tmp_path, local_sweep, monkeypatch, capsys
 ):
-    specs = local_sweep(tmp_path / "local_sweep", bare_point)
+    specs = local_sweep(tmp_path / "local_sweep")
     ran = []
 
     def run_local(todo):
@@ -61,8 +47,8 @@ def test_a_local_point_that_fails_again_makes_resubmit_exit_1_naming_it_and_why(
     assert "001 (failed): trainer exited 3 at step 3" in line and "Traceback" not in err
 
 
-def test_a_local_point_that_completes_leaves_resubmit_at_0(tmp_path, bare_point, monkeypatch, capsys):
-    specs = local_sweep(tmp_path / "local_sweep", bare_point)
+def test_a_local_point_that_completes_leaves_resubmit_at_0(tmp_path, local_sweep, monkeypatch, capsys):
+    specs = local_sweep(tmp_path / "local_sweep")
 
     def run_local(todo):  # stand-in for the driver, as above; this time the point completes
         for s in todo:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
 import os
 import shutil
@@ -313,6 +314,20 @@ def _bare_point(run_root: Path, index: int = 0, cluster: dict | None = None, swe
         sidecars={},
     )
     return PointSpec(**{**bare, **fields})
+
+
+@pytest.fixture(autouse=True)
+def root_logging_restored():
+    """The root logger's handlers and level as they were before the test. A command run in-process
+    (``sweep.entry``: Hydra's job logging; the driver's job log) may leave a handler on the stream
+    pytest captured for that test; a later test's log line would then meet a closed stream
+    ("--- Logging error ---" in its stderr). In a real command the process ends with it."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in [h for h in root.handlers if h not in handlers and type(h).__module__ == "logging"]:
+        root.removeHandler(handler)  # logging's own stream and file handlers; pytest's capture handlers stay
+    root.setLevel(level)
 
 
 @pytest.fixture

@@ -362,17 +362,20 @@ def test_clients_without_the_job_token_or_key_are_refused(kit, slurm, kit_overri
         wait_for(lambda: trainer_running(run_dir), 300, "the trainer")
         endpoints = json.loads((run_dir / "endpoints.json").read_text())
         address, sidecar = endpoints["ray"]["address"], endpoints["sidecars"]["answer_llm"]
+        # a one-node job's Ray is on loopback: a joiner takes endpoints.json's client_env, as the trainer does
+        joiner = endpoints["ray"]["client_env"]
+        assert joiner == {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
-        refused = ray_connect(address, {})
+        refused = ray_connect(address, joiner)
         assert refused.returncode != 0 and "JOINED" not in refused.stdout
         assert "Authentication token is missing or incorrect" in refused.stderr, refused.stderr[-2000:]
         wrong = tmp_path / "wrong_token"
         wrong.write_text("0" * 64)
-        refused = ray_connect(address, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(wrong)})
+        refused = ray_connect(address, {**joiner, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(wrong)})
         assert refused.returncode != 0 and "JOINED" not in refused.stdout
         token = run_dir / ".secrets" / "ray_token"
         assert (token.stat().st_mode & 0o077) == 0 and (token.parent.stat().st_mode & 0o077) == 0
-        joined = ray_connect(address, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)})
+        joined = ray_connect(address, {**joiner, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)})
         assert "JOINED 1" in joined.stdout, joined.stderr[-2000:]  # the refusals were the token's doing
 
         url = sidecar["url"] + "/v1/models"

@@ -128,6 +128,8 @@ class RayCluster:
             "object_store_bytes": self.object_store_bytes,
             "temp_dir": str(self.temp_dir),
             "nodes": self.nodes,
+            # what a process joining this Ray needs besides RAY_ADDRESS and the token (ray_listen)
+            "client_env": self.client_env(),
         }
 
     def client_env(self) -> dict[str, str]:

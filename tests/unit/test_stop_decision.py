@@ -159,6 +159,27 @@ def test_slurm_stop_view_reads_this_tasks_record(monkeypatch, fields, restart_en
     assert seen == [["scontrol", "show", "job", "-o", "44_2"]], "the task's own id, never the array's"
 
 
+def test_a_refused_query_is_asked_again_so_a_cancel_is_not_taken_for_a_preemption(monkeypatch):
+    """A slurmctld busy with other jobs answers a query with an error now and then (seen in CI: a
+    scancel read as "Slurm's intent unknown" and recorded as a preemption): scontrol is asked again
+    within its time-out; an error until the end is still "unknown"."""
+    monkeypatch.setenv("SLURM_JOB_ID", "44")
+    monkeypatch.delenv("SLURM_ARRAY_JOB_ID", raising=False)
+    monkeypatch.delenv("SLURM_ARRAY_TASK_ID", raising=False)
+    monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
+    answers = [
+        subprocess.CompletedProcess([], 1, stdout="", stderr="slurm_load_jobs error: Socket timed out on send/recv"),
+        subprocess.CompletedProcess([], 0, stdout="JobId=44 Restarts=0 StartTime=2026-12-01T10:01:30 PreemptTime=None"),
+    ]
+    monkeypatch.setattr(stop_view.subprocess, "run", lambda cmd, **_kw: answers.pop(0))
+    monkeypatch.setattr(stop_view, "RETRY_PAUSE_S", 0.01)
+    view = stop_view.slurm_stop_view()
+    assert (view.requeueing, view.preempting) == (False, False)  # scancel: not requeued, not preempted
+    refused = subprocess.CompletedProcess([], 1, stdout="", stderr="Unable to contact slurm controller")
+    monkeypatch.setattr(stop_view.subprocess, "run", lambda cmd, **_kw: refused)
+    assert stop_view.slurm_stop_view(timeout_s=0.1) == stop_view.SlurmStopView(None, None)
+
+
 @pytest.mark.parametrize(
     ("sig", "left", "expected"),
     [

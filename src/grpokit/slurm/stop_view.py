@@ -5,9 +5,13 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import subprocess
+import time
 
 from grpokit.slurm import runner
 from grpokit.slurm.task import JobEnv
+
+#: Seconds between two asks when scontrol failed (a slurmctld busy with other jobs' requests).
+RETRY_PAUSE_S = 0.3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,14 +45,19 @@ def slurm_stop_view(timeout_s: float = 10) -> SlurmStopView:
     task = job.task_id
     if not task:
         return SlurmStopView(None, None)
-    try:
-        cmd = ["scontrol", "show", "job", "-o", task]
-        out = runner.run(cmd, timeout_s=timeout_s)
-    except (OSError, subprocess.TimeoutExpired):
-        return SlurmStopView(None, None)
+    cmd = ["scontrol", "show", "job", "-o", task]
+    deadline = time.monotonic() + timeout_s
+    while True:  # a busy slurmctld refuses a query now and then: asked again within the time-out
+        try:
+            out = runner.run(cmd, timeout_s=max(deadline - time.monotonic(), 0.5))
+        except (OSError, subprocess.TimeoutExpired):
+            return SlurmStopView(None, None)
+        if out.returncode == 0:
+            break
+        if time.monotonic() + RETRY_PAUSE_S >= deadline:
+            return SlurmStopView(None, None)
+        time.sleep(RETRY_PAUSE_S)
     fields = dict(f.split("=", 1) for f in out.stdout.split() if "=" in f)
-    if out.returncode != 0:
-        return SlurmStopView(None, None)
     restarts = fields.get("Restarts", "")
     requeueing = int(restarts) > job.restart_count if restarts.isdigit() else None
     started, preempt = _slurm_time(fields.get("StartTime")), _slurm_time(fields.get("PreemptTime"))

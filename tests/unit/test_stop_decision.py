@@ -178,6 +178,11 @@ def test_a_refused_query_is_asked_again_so_a_cancel_is_not_taken_for_a_preemptio
     refused = subprocess.CompletedProcess([], 1, stdout="", stderr="Unable to contact slurm controller")
     monkeypatch.setattr(stop_view.subprocess, "run", lambda cmd, **_kw: refused)
     assert stop_view.slurm_stop_view(timeout_s=0.1) == stop_view.SlurmStopView(None, None)
+    # an answer that is Slurm's word (the task is no longer listed) is not asked again
+    asked = []
+    gone = subprocess.CompletedProcess([], 1, stdout="", stderr="slurm_load_jobs error: Invalid job id specified")
+    monkeypatch.setattr(stop_view.subprocess, "run", lambda cmd, **_kw: asked.append(cmd) or gone)
+    assert stop_view.slurm_stop_view() == stop_view.SlurmStopView(None, None) and len(asked) == 1
 
 
 @pytest.mark.parametrize(

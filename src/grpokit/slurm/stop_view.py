@@ -12,6 +12,9 @@ from grpokit.slurm.task import JobEnv
 
 #: Seconds between two asks when scontrol failed (a slurmctld busy with other jobs' requests).
 RETRY_PAUSE_S = 0.3
+#: Words of scontrol's errors that say slurmctld did not answer this time (asked again); any other
+#: error ("Invalid job id specified": Slurm no longer lists the task) is its answer.
+TRANSIENT = ("timed out", "unable to contact", "connection refused", "connect failure", "try again", "temporarily")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +57,8 @@ def slurm_stop_view(timeout_s: float = 10) -> SlurmStopView:
             return SlurmStopView(None, None)
         if out.returncode == 0:
             break
-        if time.monotonic() + RETRY_PAUSE_S >= deadline:
+        said = f"{out.stderr} {out.stdout}".lower()
+        if not any(m in said for m in TRANSIENT) or time.monotonic() + RETRY_PAUSE_S >= deadline:
             return SlurmStopView(None, None)
         time.sleep(RETRY_PAUSE_S)
     fields = dict(f.split("=", 1) for f in out.stdout.split() if "=" in f)

@@ -18,11 +18,18 @@ What is measured (one H200; ``MEASURED``; docs/performance.md has the sources):
   (``nvidia-smi``, 2-s samples) 37,761 MiB during the update, 21,201 MiB during the log-prob passes,
   55,243 MiB during generation.
 
-What is derived (``predict_*``), each step named in the docstrings: the memory per padded token
-(the micro-benchmark's slope) on top of a constant calibrated from the whole step (parameters,
+- the whole reference step of the h200 profile (update cap 6,144, log-prob caps 18,432; kit 0ff6d18,
+  2026-12-05, steps 2-3): update 38.7 / 39.5 s, old log-prob 8.3 / 7.7 s, ref 7.4 / 7.8 s, generation
+  8.3 / 8.3 s; the actor's peak 70.2 GiB allocated / 81.9 GiB reserved; all processes 85,665 MiB at
+  most during the update.
+
+What is derived (``predict_*``), each step named in the docstrings: the update's memory on the line
+through the two measured whole steps; the log-prob passes' memory per padded token (the
+micro-benchmark's slope) on top of a constant calibrated from the first whole step (parameters,
 gradients, AdamW states, the ref model, the sleeping vLLM engine, CUDA contexts, all together),
 and the time per micro batch (the micro-benchmark's pass) plus verl's own per-token cost calibrated
-from the whole step. Nothing printed here is a measurement of the new caps.
+from the first whole step (it predicted the second step's update within 1 s). Only the two calibration
+caps are measured; every other row printed here is a prediction.
 
 How verl applies a cap (verl 0.9.1, read in its source): with ``use_dynamic_bsz`` (actor) and
 ``log_prob_use_dynamic_bsz`` (rollout, ref) true, ``verl.utils.seqlen_balancing.rearrange_micro_batches``
@@ -68,6 +75,16 @@ MEASURED = {
     "gpu_total_mib": 143_771,
     "rollout_share": 0.3,
     "floor_s": 1.04,
+    # the whole reference step at the update cap 6,144 (log-prob caps 18,432; kit 0ff6d18, 2026-12-05,
+    # steps 2 and 3; docs/measurements/h200-caps-0ff6d18): all processes' peak during the update
+    # (nvidia-smi, 2-s samples), the parts' seconds
+    "step2_cap": 6144,
+    "step2_all_update_mib": 85_665,
+    "step2_update_s": (38.7, 39.5),
+    "step2_log_prob_s": (8.3, 7.7, 7.4, 7.8),
+    "step2_gen_s": (8.3, 8.3),
+    "step2_actor_alloc_gib": 70.2,
+    "step2_actor_reserved_gib": 81.9,
 }
 
 
@@ -112,17 +129,29 @@ RESERVED_PER_ALLOCATED = MEASURED["actor_reserved_gib"] / MEASURED["actor_alloc_
 _CAL = micro_batches(
     MEASURED["step_cap"], MEASURED["step_seqs"], MEASURED["step_tokens"] / 64, MEASURED["step_longest"]
 )
-UPDATE_BASE_GIB = MEASURED["all_update_mib"] / 1024 - RESERVED_PER_ALLOCATED * FB_GIB_PER_TOKEN * _CAL.padded
-"""All processes during the update without the micro batch's activations (19.2 GiB): fp32 parameters,
-gradients, AdamW states, the ref model, the sleeping vLLM engine, CUDA contexts."""
 LOG_PROB_BASE_GIB = MEASURED["all_log_prob_mib"] / 1024 - RESERVED_PER_ALLOCATED * FWD_GIB_PER_TOKEN_BENCH * _CAL.padded
 """All processes during the log-prob passes without the micro batch (19.5 GiB; the micro-benchmark's
 slope taken out, so the constant is the larger of the two readings)."""
 
 
+_CAL2 = micro_batches(
+    MEASURED["step2_cap"], MEASURED["step_seqs"], MEASURED["step_tokens"] / 64, MEASURED["step_longest"]
+)
+UPDATE_GIB_PER_TOKEN = (
+    (MEASURED["step2_all_update_mib"] - MEASURED["all_update_mib"]) / 1024 / (_CAL2.padded - _CAL.padded)
+)
+"""All processes' peak during the update per padded token of the largest micro batch, from the two
+measured whole steps (caps 3,072 and 6,144: 13.4 GiB per 1k). The micro-benchmark's slope times the
+allocator's reserve (7.6 GiB per 1k) underestimated it: the step at 6,144 peaked at 83.7 GiB where
+that slope predicted 63.4 (verl's loss keeps vocabulary-sized tensors per token besides the model's
+activations, and the reserve grew to 1.17x)."""
+
+
 def predict_update_gib(padded: int) -> float:
-    """Peak GPU memory of all processes (GiB) during the update with ``padded`` tokens per micro batch."""
-    return UPDATE_BASE_GIB + RESERVED_PER_ALLOCATED * FB_GIB_PER_TOKEN * padded
+    """Peak GPU memory of all processes (GiB) during the update with ``padded`` tokens per micro batch:
+    the line through the two measured whole steps (interpolated between 2,326 and 5,815 padded tokens,
+    extrapolated outside)."""
+    return MEASURED["all_update_mib"] / 1024 + UPDATE_GIB_PER_TOKEN * (padded - _CAL.padded)
 
 
 def predict_log_prob_gib(padded: int) -> float:
@@ -188,7 +217,11 @@ def largest_cap(kind: str, budget_gib: float, seq_len: int = 1536, most: int = 4
 
 
 PROFILE_UPDATE_MULTIPLE = 4
-"""``actor.ppo_max_token_len_per_gpu`` = 4 x (prompt + response) in the h200 profile."""
+"""``actor.ppo_max_token_len_per_gpu`` = 4 x (prompt + response) in the h200 profile, sized for the
+profile's ``gpu_memory_gb`` (96): measured 83.7 GiB of all processes in the update (2026-12-05). On an
+80 GB card the largest that fits is 3 x (predicted 68.1 GiB, interpolated, not measured)."""
+PROFILE_BUDGET_GB = 96
+"""``hardware.gpu_memory_gb`` of the h200 profile: the GPU memory its caps were sized for (1e9 bytes)."""
 PROFILE_LOG_PROB_MULTIPLE = 12
 """``rollout.``/``ref.log_prob_max_token_len_per_gpu`` = 12 x (prompt + response) in the h200 profile:
 below the largest that fits (see :func:`main`), because the time saved past it is under 1 s a pass."""
@@ -214,7 +247,7 @@ def predict_step(update_cap: int, log_prob_cap: int) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--budget-gb", type=float, default=80.0, help="all processes' peak, in 1e9 bytes (80)")
+    p.add_argument("--budget-gb", type=float, default=80.0, help="all processes' peak, in 1e9 bytes (80: an H100)")
     p.add_argument("--gpu-total-mib", type=float, default=81_559, help="the smallest GPU to fit (H100 80GB)")
     args = p.parse_args(argv)
     budget = args.budget_gb * 1e9 / GIB

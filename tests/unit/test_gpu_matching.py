@@ -57,7 +57,7 @@ def test_each_profile_asks_for_its_nodes_features(base):
     assert big.cluster.constraint == "h200|h100" and small.cluster.constraint == "rtx4090"
     assert executor_parameters(big.cluster, name="s", num_points=1)["constraint"] == "h200|h100"
     assert any(
-        "hardware=h200 (sized for 80 GB GPUs) asks Slurm for nodes with --constraint=h200|h100" in n
+        "hardware=h200 (sized for 96 GB GPUs) asks Slurm for nodes with --constraint=h200|h100" in n
         for n in big.notices
     )
     assert check_hardware_requests([[big], [small]]) == []  # two requests, each profile its own GPUs

@@ -44,9 +44,10 @@ COMPOSED = {"runtime": RuntimeConf, "chain": ChainConf, "halving": HalvingConf}
 #: marker must go (the merge turns them on).
 SIDECAR_PART = pytest.mark.xfail(
     strict=True,
-    reason="issue 33 item 1, sidecar part (worktree wt-tasks): memalpha_grpo*.yaml's sidecars and "
-    "tasks/memalpha/{server,prompt}.py restate SidecarConf's defaults until SidecarConf is split and the "
-    "memory server's Settings/argparse are built from its dataclass; remove this marker with that merge",
+    reason="issue 33 item 1, sidecar part (worktree wt-tasks): memalpha_grpo*.yaml's sidecars, "
+    "serving/vllm.VllmServe and tasks/memalpha/{server,prompt}.py restate SidecarConf's defaults until "
+    "SidecarConf is split and the memory server's Settings/argparse are built from its dataclass; "
+    "remove this marker with that merge",
 )
 #: Python defaults equal to a schema default of the same name that are a setting of their own (why).
 OWN_SETTINGS = {
@@ -229,8 +230,8 @@ def _literal(node):
 
 def _defaults_in(tree: ast.AST):
     """``(line, name, literal, where)`` of each ``.get("name", literal)``, each ``name=literal``
-    parameter default (a False switch is a function's own "off", left out) and each argparse
-    ``--name`` default."""
+    parameter default, each class field's default (a False switch is a function's or class's own
+    "off", left out) and each argparse ``--name`` default."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             if node.func.attr == "get" and len(node.args) == 2 and isinstance(_literal(node.args[0]), str):
@@ -240,6 +241,12 @@ def _defaults_in(tree: ast.AST):
                 for kw in node.keywords:
                     if kw.arg == "default" and flags:
                         yield node.lineno, flags[0][2:].replace("-", "_"), _literal(kw.value), "argparse default"
+        if isinstance(node, ast.ClassDef):  # a settings class of its own (a dataclass, a NamedTuple)
+            for item in node.body:
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.value is not None:
+                    value = _literal(item.value)
+                    if value is not False:
+                        yield item.lineno, item.target.id, value, "class field default"
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             a = node.args
             positional = [*a.posonlyargs, *a.args]
@@ -272,14 +279,20 @@ def python_restatements() -> list[tuple[str, str]]:
 
 
 def test_the_python_scan_finds_a_restatement(tmp_path):
-    """The scan's three forms, on a snippet: a .get default, a parameter default, an argparse default."""
+    """The scan's four forms, on a snippet: a .get default, a parameter default, an argparse default,
+    a class field's default."""
     snippet = (
+        "class Settings:\n"
+        "    array_parallelism: int = 16\n"
         "def f(cfg, timeout_min=60, dry_run=False):\n"
         "    p.add_argument('--max-tokens', type=int, default=1024)\n"
         "    return cfg.get('keep', 0.5)\n"
     )
     found = {(name, value) for _, name, value, _ in _defaults_in(ast.parse(snippet))}
-    assert {("timeout_min", 60), ("max_tokens", 1024), ("keep", 0.5)} <= found and ("dry_run", False) not in found
+    assert {("timeout_min", 60), ("max_tokens", 1024), ("keep", 0.5), ("array_parallelism", 16)} <= found and (
+        "dry_run",
+        False,
+    ) not in found
 
 
 def test_no_python_code_restates_a_schema_default():

@@ -62,7 +62,7 @@ LAUNCHER_ELSEWHERE = {
 #: Cluster kinds: ``local`` runs points one after another on this machine, ``slurm`` submits them.
 CLUSTER_KINDS = ("local", "slurm")
 #: The smallest value of each ``cluster`` size (a null size is Slurm's / the machine's default).
-_CLUSTER_MINIMUM = {
+CLUSTER_MINIMUM = {
     "nodes": 1,
     "gpus_per_node": 0,
     "cpus_per_task": 1,
@@ -227,7 +227,7 @@ class ClusterConf(_Section):
                     "cluster=local or cluster=slurm",
                 )
             )
-        for key, low in _CLUSTER_MINIMUM.items():
+        for key, low in CLUSTER_MINIMUM.items():
             value = getattr(self, key)
             if value is not None and value < low:
                 out.append(_problem(point, f"cluster.{key}", f"{value} is below {low}", f"set cluster.{key}>={low}"))

@@ -1,13 +1,15 @@
-"""Typed settings of the kit's own config sections: ``cluster`` (the job's shape and Slurm request),
-``runtime`` (the in-job driver, with its ``pruning`` rules), ``sidecars`` (servers started next to
-the trainer), ``chain`` (the job chained after a point) and ``halving`` (successive halving).
+"""Typed settings of the kit's own config sections: the root keys (:class:`RootConf`: ``resume``,
+``dry_run``, ``wait``, ...), ``cluster`` (the job's shape and Slurm request), ``runtime`` (the in-job
+driver, with its ``pruning`` rules), ``sidecars`` (servers started next to the trainer), ``chain``
+(the job chained after a point) and ``halving`` (successive halving).
 
-Each section is a ``kw_only`` dataclass with a comment per field; the one default of each setting
-lives here: the YAML files name only what differs from it (``tests/unit/test_one_default.py``
-composes the config and compares every field). :func:`register` stores them in Hydra's
-ConfigStore and the kit's YAML files extend them (Hydra 1.3 "extending configs":
-``configs/cluster/*.yaml`` start with ``defaults: [_schema]``, ``configs/config.yaml`` with
-``runtime/_schema``), so a misspelt key in a YAML file or on the
+Each section is a ``kw_only`` dataclass with a comment per field, which is the setting's help
+(:func:`grpokit.config.field_help.field_help` reads it for ``--help`` and ``docs/settings.md``); the
+one default of each setting lives here: the YAML files and the code name only what differs from it
+(``tests/unit/test_one_default.py`` composes the config, compares every field and scans the code).
+:func:`register` stores them in Hydra's ConfigStore and the kit's YAML files extend them (Hydra 1.3
+"extending configs": ``configs/cluster/*.yaml`` start with ``defaults: [_schema]``,
+``configs/config.yaml`` with ``_root_schema`` and ``runtime/_schema``), so a misspelt key in a YAML file or on the
 command line (``cluster.partiton=gpu``) and a value of the wrong type (``cluster.nodes=two``) are
 refused by Hydra at composition, on the key.
 

@@ -280,7 +280,7 @@ LOCAL_CLUSTER_KEYS = ("kind", "nodes", "gpus_per_node", "cpus_per_task")
 _LocalClusterSchema = dataclasses.make_dataclass(
     "_LocalClusterSchema",
     [
-        (f.name, f.type, dataclasses.field(default=f.default, metadata=f.metadata))
+        (f.name, f.type, dataclasses.field(default=f.default, default_factory=f.default_factory, metadata=f.metadata))
         for f in dataclasses.fields(ClusterConf)
         if f.name in LOCAL_CLUSTER_KEYS
     ],

@@ -26,7 +26,9 @@ import sys
 from contextlib import ExitStack
 from pathlib import Path
 
+from grpokit.config.field_help import field_help
 from grpokit.config.point import PointSpec
+from grpokit.config.schema import ChainConf
 from grpokit.run_folder import RunFolder
 from grpokit.run_folder.layout import EVAL_SERVERS_DIR
 from grpokit.serving import vllm
@@ -105,7 +107,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--test-parquet", default=None, help="test parquet (default data.val_files of point.json)")
     p.add_argument("--out", type=Path, default=None, help="output folder (default <run>/eval)")
     p.add_argument("--limit", type=int, default=None, help="first N test rows only")
-    p.add_argument("--max-tokens", type=int, default=1024)
+    p.add_argument("--max-tokens", type=int, default=ChainConf.max_tokens, help=field_help(ChainConf)["max_tokens"])
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--reward", default=None, help="module:function (verl compute_score); default verl's gsm8k")
     p.add_argument("--base-url", default=None, help="use a running server for the base model")

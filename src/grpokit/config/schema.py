@@ -1,13 +1,15 @@
-"""Typed settings of the kit's own config sections: ``cluster`` (the job's shape and Slurm request),
-``runtime`` (the in-job driver, with its ``pruning`` rules), ``sidecars`` (servers started next to
-the trainer), ``chain`` (the job chained after a point) and ``halving`` (successive halving).
+"""Typed settings of the kit's own config sections: the root keys (:class:`RootConf`: ``resume``,
+``dry_run``, ``wait``, ...), ``cluster`` (the job's shape and Slurm request), ``runtime`` (the in-job
+driver, with its ``pruning`` rules), ``sidecars`` (servers started next to the trainer), ``chain``
+(the job chained after a point) and ``halving`` (successive halving).
 
-Each section is a ``kw_only`` dataclass with a comment per field; the one default of each setting
-lives here: the YAML files name only what differs from it (``tests/unit/test_one_default.py``
-composes the config and compares every field). :func:`register` stores them in Hydra's
-ConfigStore and the kit's YAML files extend them (Hydra 1.3 "extending configs":
-``configs/cluster/*.yaml`` start with ``defaults: [_schema]``, ``configs/config.yaml`` with
-``runtime/_schema``), so a misspelt key in a YAML file or on the
+Each section is a ``kw_only`` dataclass with a comment per field, which is the setting's help
+(:func:`grpokit.config.field_help.field_help` reads it for ``--help`` and ``docs/settings.md``); the
+one default of each setting lives here: the YAML files and the code name only what differs from it
+(``tests/unit/test_one_default.py`` composes the config, compares every field and scans the code).
+:func:`register` stores them in Hydra's ConfigStore and the kit's YAML files extend them (Hydra 1.3
+"extending configs": ``configs/cluster/*.yaml`` start with ``defaults: [_schema]``,
+``configs/config.yaml`` with ``_root_schema`` and ``runtime/_schema``), so a misspelt key in a YAML file or on the
 command line (``cluster.partiton=gpu``) and a value of the wrong type (``cluster.nodes=two``) are
 refused by Hydra at composition, on the key.
 
@@ -62,7 +64,7 @@ LAUNCHER_ELSEWHERE = {
 #: Cluster kinds: ``local`` runs points one after another on this machine, ``slurm`` submits them.
 CLUSTER_KINDS = ("local", "slurm")
 #: The smallest value of each ``cluster`` size (a null size is Slurm's / the machine's default).
-_CLUSTER_MINIMUM = {
+CLUSTER_MINIMUM = {
     "nodes": 1,
     "gpus_per_node": 0,
     "cpus_per_task": 1,
@@ -227,7 +229,7 @@ class ClusterConf(_Section):
                     "cluster=local or cluster=slurm",
                 )
             )
-        for key, low in _CLUSTER_MINIMUM.items():
+        for key, low in CLUSTER_MINIMUM.items():
             value = getattr(self, key)
             if value is not None and value < low:
                 out.append(_problem(point, f"cluster.{key}", f"{value} is below {low}", f"set cluster.{key}>={low}"))
@@ -270,19 +272,22 @@ class _ClusterSchema(ClusterConf):
     additional_sbatch: dict[str, Any] | None = None
 
 
-@dataclasses.dataclass(kw_only=True)
-class _LocalClusterSchema:
-    """The Hydra schema of ``cluster=local``: the keys of :class:`ClusterConf` a workstation uses
-    (a Slurm key such as ``cluster.mem_gb`` there is refused: "add cluster=slurm")."""
+#: The keys of :class:`ClusterConf` a workstation uses (``cluster=local``).
+LOCAL_CLUSTER_KEYS = ("kind", "nodes", "gpus_per_node", "cpus_per_task")
 
-    # local: one point after another on this machine.
-    kind: str = "local"
-    # Nodes per point: 1 (verl's trainer.nnodes).
-    nodes: int = 1
-    # GPUs of this machine given to a point; verl's trainer.n_gpus_per_node less dedicated sidecars'.
-    gpus_per_node: int = 1
-    # CPUs given to Ray; null: every CPU of this machine.
-    cpus_per_task: int | None = None
+#: The Hydra schema of ``cluster=local``: :class:`ClusterConf`'s fields :data:`LOCAL_CLUSTER_KEYS`, with
+#: their defaults and help (a Slurm key such as ``cluster.mem_gb`` there is refused: "add cluster=slurm").
+_LocalClusterSchema = dataclasses.make_dataclass(
+    "_LocalClusterSchema",
+    [
+        (f.name, f.type, dataclasses.field(default=f.default, default_factory=f.default_factory, metadata=f.metadata))
+        for f in dataclasses.fields(ClusterConf)
+        if f.name in LOCAL_CLUSTER_KEYS
+    ],
+    namespace={"_help_from": ClusterConf},
+    kw_only=True,
+)
+_LocalClusterSchema.__module__ = __name__
 
 
 #: The trainer's environment unless ``runtime.env`` says otherwise: quiet tokenizers and Ray logs,
@@ -323,6 +328,7 @@ class PruningRules(_Section):
     reward_stuck_at: float | None = None
     # ... for this many steps in a row.
     reward_stuck_steps: int = 10
+    # How close to reward_stuck_at the reward counts as stuck.
     reward_stuck_tol: float = 1e-6
     # No rule applies before this step.
     min_step: int = 1
@@ -435,7 +441,9 @@ class RuntimeConf(_Section):
     # trainer's processes go to attempts/<k>/hang_stacks.txt, the trainer is stopped and the point
     # requeued (hangs share max_timeout_requeues with time-outs) or failed as `hung`. null or 0: off.
     hang_floor_s: float | None = 1800
+    # The watchdog's limit in multiples of the attempt's longest step time (when above hang_floor_s).
     hang_step_multiple: float = 5
+    # Seconds the watchdog allows before the first step (start-up, loading, first rollout).
     hang_startup_s: float = 3600
     # Ray's object store on each node: this fraction of the job's memory there (Slurm's --mem, i.e.
     # cluster.mem_gb, or the job's cgroup limit), within Ray's bounds; null: Ray's own 0.3 of the
@@ -632,10 +640,85 @@ class ChainConf(_Section):
         return tuple(s for s in CHAIN_STEPS if s in steps)
 
 
+@dataclasses.dataclass(kw_only=True)
+class RootConf:
+    """The root keys of the kit's config (``configs/config.yaml``): the sweep command's own settings,
+    stored as the schema ``_root_schema`` that ``configs/config.yaml`` extends, so ``resume=yes`` or
+    ``dry_runn=true`` is refused at composition. The sections (``cluster``, ``runtime``, ``verl``, ...)
+    are typed by their own schemas (or, ``verl``, by the installed verl's defaults)."""
+
+    # The project folder (data/, models/, logs/): $GRPOKIT_HOME, else the checkout, else the working folder.
+    repo_root: str = "${kit_repo_root:}"
+    # Output root: <logs_root>/<sweep_name>/<NNN>_<point>/ run folders.
+    logs_root: str = "${repo_root}/logs"
+    # The sweep folder's name. The default never collides: a second sweep started in the same second
+    # gets <name>-2. An explicit name that already holds a submitted sweep is refused unless resume=true.
+    sweep_name: str = "${experiment.name}_${now:%Y%m%d-%H%M%S}"
+    # Re-use the existing sweep folder <sweep_name>: refused (naming point, key, old -> new) when any
+    # point's training settings differ from those recorded there; otherwise resubmits only the points
+    # that are not completed, queued or running, into their run folders (they resume from checkpoints).
+    resume: bool = False
+    # Checkpoints go to <checkpoint_root>/<sweep_name>/<point>/ (linked from the run folder) when set;
+    # clusters keep them on a scratch file system. null: inside the run folder. It must be a file system
+    # every node mounts: a job on several nodes checks that at start and stops (`invalid`) otherwise.
+    checkpoint_root: str | None = None
+    # Validate every point and write the verl command and Slurm request of each to
+    # <sweep folder>/dry_run.md; submit nothing.
+    dry_run: bool = False
+    # Block until every point has reached a final state (the sweep command returns once queued otherwise).
+    wait: bool = False
+    # true: the jobs import the live code instead of the sweep's snapshot. A Slurm sweep copies the
+    # kit's code into <sweep>/code/ at its first submission and every attempt of every point (requeues,
+    # resume=true, resubmit.py) runs that copy, whatever is edited meanwhile (grpokit.submit.snapshot;
+    # the manifest records the commit).
+    use_live_code: bool = False
+    # Rehearse the sweep on CPU nodes (grpokit.rehearsal): every point runs the whole Slurm path (arrays,
+    # sidecars, Ray, checkpoints, requeues, resubmission, reports) with the kit's stand-in for verl's
+    # trainer (steps, verl's metric names with made-up values, checkpoints, signals), no GPU needed;
+    # results are marked `rehearsal` wherever they show. Shorten it with verl.trainer.total_training_steps.
+    rehearse: bool = False
+    # A verl launch script (python3 -m verl.trainer.main_ppo key=value ... ) whose overrides the points
+    # start from (grpokit.config.verl_script): read without running it; no experiment preset or hardware
+    # profile applies unless the command names one; the command's own keys win over the script's.
+    verl_script: str | None = None
+    # Chained evaluation (grpokit.submit.chain), e.g. after=[merge,eval]: per point a job that starts once
+    # the point's own job ended well (sbatch --dependency=afterok:<its task>), merges its final checkpoint
+    # into <run>/hf (grpokit merge) and compares base and trained model on its test file (grpokit
+    # serve-eval, vLLM: the job asks for chain.gpus_per_node GPUs); results in <run>/eval/ and report.py's
+    # table. []: nothing chained. The chained job's own settings: chain.* (ChainConf).
+    after: Any = dataclasses.field(default_factory=list)
+    # Servers the job starts next to the trainer (experiment files declare them), by name (SidecarConf each).
+    sidecars: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # verl's whole ppo_trainer config, verl's own names and defaults (the installed verl's).
+    verl: Any = None
+    # The model (config group model=): path, chat template, where it comes from.
+    model: Any = None
+    # The GPU profile (config group hardware=): micro batches, token caps, memory fractions.
+    hardware: Any = None
+    # The workload (config group experiment=): data, reward, its verl settings, its sidecars.
+    experiment: Any = None
+    # Where the points run and each job's Slurm request (ClusterConf; config group cluster=).
+    cluster: Any = None
+    # The in-job driver (RuntimeConf).
+    runtime: Any = None
+    # The job chained after each point by after=[merge,eval] (ChainConf).
+    chain: Any = None
+    # Successive halving (HalvingConf).
+    halving: Any = None
+
+
+#: The root keys that are the sweep command's settings (not sections).
+ROOT_SETTINGS = tuple(
+    f.name
+    for f in dataclasses.fields(RootConf)
+    if f.name not in ("verl", "model", "hardware", "experiment", "cluster", "runtime", "chain", "halving")
+)
+
+
 def register() -> None:
-    """Store the schemas in Hydra's ConfigStore as ``cluster/_schema`` (``cluster/_local_schema``
-    for ``cluster=local``), ``runtime/_schema``, ``chain/_schema`` and ``halving/_schema``, extended
-    by ``configs/cluster/*.yaml`` and ``configs/config.yaml``.
+    """Store the schemas in Hydra's ConfigStore as ``_root_schema`` (the root keys), ``cluster/_schema``
+    (``cluster/_local_schema`` for ``cluster=local``), ``runtime/_schema``, ``chain/_schema`` and
+    ``halving/_schema``, extended by ``configs/cluster/*.yaml`` and ``configs/config.yaml``.
 
     ``sidecars`` has no Hydra schema: OmegaConf cannot add a new entry (``+sidecars.x={...}``) to
     a mapping of dataclasses; each sidecar goes through :func:`sidecar_settings` instead.
@@ -643,6 +726,7 @@ def register() -> None:
     from hydra.core.config_store import ConfigStore
 
     cs = ConfigStore.instance()
+    cs.store(name="_root_schema", node=RootConf, provider="grpokit")
     cs.store(group="cluster", name="_schema", node=_ClusterSchema, provider="grpokit")
     cs.store(group="cluster", name="_local_schema", node=_LocalClusterSchema, provider="grpokit")
     cs.store(group="runtime", name="_schema", node=RuntimeConf, provider="grpokit")

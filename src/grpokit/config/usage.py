@@ -3,49 +3,86 @@
 from __future__ import annotations
 
 import re
+import textwrap
 
 from grpokit.paths import CONFIG_DIR, config_groups, group_files
 
-MAIN_KEYS = """\
-Main keys (key=value; a,b,c sweeps a key with -m):
-  verl.<verl key>           any key of verl's ppo_trainer config, verl's own name, e.g.
-                            verl.data.train_batch_size=8,16 verl.actor_rollout_ref.rollout.n=4,8
-                            verl.data.max_response_length=512,1024 verl.actor_rollout_ref.actor.optim.lr=1e-6
-                            (+verl.<key>=v adds a key verl leaves open, e.g. ...model.override_config.*)
-  cluster.partition         Slurm partition (cluster=slurm); checked against the cluster before submission
-  cluster.nodes, cluster.gpus_per_node, cluster.cpus_per_task, cluster.mem_gb
-                            the Slurm request of every point (per node)
-  cluster.timeout_min       time limit of one attempt (minutes); a longer point is requeued and resumes
-  cluster.array_parallelism array tasks running at once
-  cluster.constraint        node features (sbatch --constraint); cluster.gpu_constraints.<profile>=<features>
-                            maps each hardware profile to its GPUs' node features
-  cluster.python            the Python the job runs (another venv's or a container's); its packages
-                            are checked against each point's needs before submission
-  cluster.signal_delay_s    seconds before the time limit at which the job checkpoints and requeues
-  cluster.additional_parameters.<sbatch option>=v   more sbatch options (submitit's names;
-                            hydra.launcher.<name>=v is taken as cluster.<name>=v)
-  experiment.data_dir       the prepared data (launch/prepare_data.py)
-  model.path                the model's folder (launch/download.py, launch/make_tiny_model.py)
-  sweep_name, logs_root     the sweep folder <logs_root>/<sweep_name>/
-  checkpoint_root           checkpoints outside the run folders (a scratch file system)
-  dry_run=true              validate every point and write each one's verl command and Slurm
-                            request to <sweep folder>/dry_run.md; submit nothing
-  wait=true                 block until every point is final
-  resume=true               re-use sweep_name's folder: refused when a point's settings changed,
-                            else resubmits the points not completed/queued/running (from checkpoints)
-  after=[merge,eval]        per point, a job chained after it: merge its checkpoint, compare base
-                            and trained model on the test file (chain.* its settings)
-  halving.rungs=[2,4]       successive halving: train every point to 2 steps, keep the best
-                            halving.keep=0.5 by halving.metric=val_acc (halving.mode=max), and so on
-  use_live_code=true        jobs import the live code instead of the sweep's snapshot in <sweep>/code
-  rehearse=true             rehearse the sweep without CUDA: the same Slurm path (arrays, sidecars,
-                            Ray, checkpoints, requeues, after=[merge,eval]) with the kit's stand-ins
-                            for verl's trainer and vllm serve
-  runtime.pruning.<rule>=v  stop a point on RL failure signs (kl_max, entropy_min, reward_stuck_at,
-                            nonfinite_steps); runtime.pruning=null turns the rules off
-  runtime.wandb_mode        online | offline | disabled (with verl.trainer.logger=[console,wandb])
-  runtime.max_timeout_requeues, runtime.save_deadline_s, runtime.ray_start_timeout_s
-"""
+#: The keys ``--help`` lists, as typed, each with the setting whose field comment is its help
+#: (grpokit.config.schema; docs/settings.md lists every one). Keys outside the kit's dataclasses
+#: (verl's, the experiment's and the model's files) have their line in :data:`OTHER_KEYS`.
+MAIN_KEYS = (
+    ("verl.<verl key>", None),
+    ("cluster.partition", "cluster.partition"),
+    ("cluster.nodes", "cluster.nodes"),
+    ("cluster.gpus_per_node", "cluster.gpus_per_node"),
+    ("cluster.cpus_per_task", "cluster.cpus_per_task"),
+    ("cluster.mem_gb", "cluster.mem_gb"),
+    ("cluster.timeout_min", "cluster.timeout_min"),
+    ("cluster.array_parallelism", "cluster.array_parallelism"),
+    ("cluster.constraint", "cluster.constraint"),
+    ("cluster.gpu_constraints.<profile>", "cluster.gpu_constraints"),
+    ("cluster.python", "cluster.python"),
+    ("cluster.signal_delay_s", "cluster.signal_delay_s"),
+    ("cluster.additional_parameters.<option>", "cluster.additional_parameters"),
+    ("experiment.data_dir", None),
+    ("model.path", None),
+    ("sweep_name", "sweep_name"),
+    ("logs_root", "logs_root"),
+    ("checkpoint_root", "checkpoint_root"),
+    ("dry_run=true", "dry_run"),
+    ("wait=true", "wait"),
+    ("resume=true", "resume"),
+    ("after=[merge,eval]", "after"),
+    ("halving.rungs=[2,4]", "halving.rungs"),
+    ("halving.keep", "halving.keep"),
+    ("halving.metric", "halving.metric"),
+    ("use_live_code=true", "use_live_code"),
+    ("rehearse=true", "rehearse"),
+    ("runtime.pruning.<rule>", "runtime.pruning"),
+    ("runtime.wandb_mode", "runtime.wandb_mode"),
+    ("runtime.max_timeout_requeues", "runtime.max_timeout_requeues"),
+    ("runtime.save_deadline_s", "runtime.save_deadline_s"),
+    ("runtime.ray_start_timeout_s", "runtime.ray_start_timeout_s"),
+)
+
+#: The lines of the keys that are not fields of the kit's settings dataclasses.
+OTHER_KEYS = {
+    "verl.<verl key>": "any key of verl's ppo_trainer config, verl's own name, e.g. "
+    "verl.data.train_batch_size=8,16 verl.actor_rollout_ref.rollout.n=4,8 "
+    "(+verl.<key>=v adds a key verl leaves open)",
+    "experiment.data_dir": "the prepared data (launch/prepare_data.py)",
+    "model.path": "the model's folder (launch/download.py, launch/make_tiny_model.py)",
+}
+
+#: Width of the key column and of a help line; a help is its first sentence, at most two lines.
+_KEY_WIDTH, _WIDTH, _LINES = 30, 100, 2
+
+
+def _summary(text: str) -> list[str]:
+    """The help's first sentence, wrapped to :data:`_LINES` lines (`` ...`` where it is cut)."""
+    first = re.split(r"(?<=[.!?])\s+(?=[A-Z])", text.strip(), maxsplit=1)[0] if text else ""
+    lines = textwrap.wrap(first, _WIDTH - _KEY_WIDTH - 2)
+    if len(lines) > _LINES:
+        lines = lines[:_LINES]
+        lines[-1] = lines[-1][: _WIDTH - _KEY_WIDTH - 6].rstrip(",;: ") + " ..."
+    return lines or [""]
+
+
+def main_keys_text() -> str:
+    """The ``Main keys`` block of ``--help``: each key with the help its field states."""
+    from grpokit.config.settings_doc import setting_help
+
+    out = ["Main keys (key=value; a,b,c sweeps a key with -m; every key: docs/settings.md):"]
+    for label, key in MAIN_KEYS:
+        lines = (
+            textwrap.wrap(OTHER_KEYS[label], _WIDTH - _KEY_WIDTH - 2) if key is None else _summary(setting_help(key))
+        )
+        pad = " " * (_KEY_WIDTH + 2)
+        first = f"  {label:<{_KEY_WIDTH}}" if len(label) <= _KEY_WIDTH else f"  {label}\n{pad}"
+        out.append(first + lines[0])
+        out += [pad + line for line in lines[1:]]
+    return "\n".join(out) + "\n"
+
 
 EXAMPLES = """\
 Examples:
@@ -111,7 +148,7 @@ def usage() -> str:
             "",
             groups_text(),
             "",
-            MAIN_KEYS,
+            main_keys_text(),
             EXAMPLES,
             "Hydra's flags (python launch/sweep.py --hydra-help for Hydra's own help):",
             hydra_flags,

@@ -36,6 +36,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from grpokit.config.field_help import field_help
+from grpokit.config.schema import ChainConf
 from grpokit.run_folder import RunFolder, StatusFileError, now, read_status, write_json_atomic
 from grpokit.slurm.task import JobEnv
 
@@ -151,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run_dir", type=Path)
     p.add_argument("--steps", default="merge,eval", help="comma-separated: merge, eval")
     p.add_argument("--limit", type=int, default=None)
-    p.add_argument("--max-tokens", type=int, default=1024)
+    p.add_argument("--max-tokens", type=int, default=ChainConf.max_tokens, help=field_help(ChainConf)["max_tokens"])
     p.add_argument("--server-command", default=None, help="JSON list (grpokit serve-eval --server-command)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

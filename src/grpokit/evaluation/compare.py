@@ -135,9 +135,10 @@ async def _answer_all(
 
 
 def answer_all(
-    ep: Endpoint, items: list[EvalItem], max_tokens: int = 1024, concurrency: int = 16, timeout_s: float = 600.0
+    ep: Endpoint, items: list[EvalItem], max_tokens: int, concurrency: int = 16, timeout_s: float = 600.0
 ) -> list[str]:
-    """Greedy (temperature 0) answers of one endpoint, in item order."""
+    """Greedy (temperature 0) answers of one endpoint, in item order; ``max_tokens`` per answer
+    (``chain.max_tokens``, :class:`grpokit.config.schema.ChainConf`)."""
     return asyncio.run(_answer_all(ep, items, max_tokens, concurrency, timeout_s))
 
 

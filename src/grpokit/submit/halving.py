@@ -31,6 +31,7 @@ import math
 from collections.abc import Mapping
 
 from grpokit.config.point import PointSpec
+from grpokit.config.schema import HalvingConf
 from grpokit.run_folder.halving_record import HalvingPlan, HalvingRecord, HalvingStage, RankedPoint
 
 TARGET_KEY = "trainer.total_training_steps"
@@ -71,8 +72,8 @@ def plan_of(section: Mapping | None, specs: list[PointSpec], swept: list[str], o
     """
     if not requested(section):
         return None
-    section = dict(section or {})
-    rungs = section.get("rungs")
+    section = {**dataclasses.asdict(HalvingConf()), **dict(section or {})}  # a key left out: its default
+    rungs = section["rungs"]
     bad_swept = [k for k in swept if k.startswith("halving.")]
     if bad_swept:
         raise HalvingError(f"{bad_swept[0]} is swept; one sweep has one halving plan: give it one value")
@@ -84,13 +85,13 @@ def plan_of(section: Mapping | None, specs: list[PointSpec], swept: list[str], o
         raise HalvingError(f"halving.rungs={rungs!r}: must be a list of steps, e.g. halving.rungs=[2,4]") from None
     if any(s < 1 for s in steps) or list(steps) != sorted(set(steps)):
         raise HalvingError(f"halving.rungs={list(steps)}: steps must be >= 1 and increasing, e.g. [2,4]")
-    keep = section.get("keep", 0.5)
+    keep = section["keep"]
     if isinstance(keep, bool) or not isinstance(keep, int | float) or not 0 < keep < 1:
         raise HalvingError(f"halving.keep={keep!r}: must be a fraction in (0, 1), e.g. 0.5 (keep the better half)")
-    mode = str(section.get("mode", "max"))
+    mode = str(section["mode"])
     if mode not in ("max", "min"):
         raise HalvingError(f"halving.mode={mode!r}: must be max (higher is better) or min")
-    metric = str(section.get("metric") or VAL_ACC)
+    metric = str(section["metric"] or VAL_ACC)
     for key, why in (("resume", "resume=true"), ("wait", "wait=true")):
         if opts.get(key):
             raise HalvingError(f"{why} with halving.rungs: not supported; the halving controller job carries the sweep")

@@ -62,9 +62,9 @@ def sweep_options(first: DictConfig, job_overrides: list[list[str]]) -> dict[str
     return {
         "name": str(first.sweep_name),
         "generated": is_generated(str(raw)),
-        "resume": bool(first.get("resume", False)),
-        "dry_run": bool(first.get("dry_run", False)),
-        "wait": bool(first.get("wait", False)),
+        "resume": bool(first.resume),
+        "dry_run": bool(first.dry_run),
+        "wait": bool(first.wait),
         "logs_root": Path(str(first.logs_root)),
     }
 
@@ -170,7 +170,7 @@ def _submit_claimed(claim: Claim, undo: no_space.Undo, first, opts, specs, clust
         chain.record_plan(claim.path, chained)  # before submission: submit_slurm chains each point
     if claim.resumed:
         return resume_sweep(claim, specs, cluster, wait=opts["wait"], undo=undo)
-    if cluster.kind == "slurm" and not first.get("use_live_code", False):
+    if cluster.kind == "slurm" and not first.use_live_code:
         with no_space.writing(claim.path, "the code snapshot (code/)", snapshot.estimate()):
             snapshot.take(claim.path)  # the code every attempt of every point runs (grpokit.submit.snapshot)
     returns = submit_new(claim, specs, cluster, meta, wait=opts["wait"])

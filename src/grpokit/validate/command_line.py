@@ -40,7 +40,7 @@ from grpokit.config import verl_legacy
 from grpokit.config.key_hints import hints
 from grpokit.config.overrides import flat_base
 from grpokit.config.resolvers import derivation_inputs
-from grpokit.config.schema import LAUNCHER_ELSEWHERE, ClusterConf, SidecarConf, rename_deprecated
+from grpokit.config.schema import CLUSTER_MINIMUM, LAUNCHER_ELSEWHERE, ClusterConf, SidecarConf, rename_deprecated
 from grpokit.paths import config_groups, group_files, kit_command
 from grpokit.problems import Problem, note
 from grpokit.validate.value_points import dimensions, points_with
@@ -55,16 +55,7 @@ _SIZE_LEAF = re.compile(
     r"max_num_batched_tokens|max_model_len|.*_size|.*_size_per_gpu|.*_length|.*_len|.*_len_per_gpu)$"
 )
 #: Kit keys with a lower bound: key -> smallest allowed value.
-KIT_MINIMUM = {
-    "cluster.nodes": 1,
-    "cluster.gpus_per_node": 0,
-    "cluster.cpus_per_task": 1,
-    "cluster.mem_gb": 1,
-    "cluster.timeout_min": 1,
-    "cluster.array_parallelism": 1,
-    "cluster.signal_delay_s": 0,
-    "runtime.max_timeout_requeues": 0,
-}
+KIT_MINIMUM = {**{f"cluster.{k}": v for k, v in CLUSTER_MINIMUM.items()}, "runtime.max_timeout_requeues": 0}
 _MAX_GROUP_COMBINATIONS = 16
 
 

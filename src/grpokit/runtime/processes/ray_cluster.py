@@ -199,7 +199,7 @@ def start_cluster(**kwargs) -> RayCluster:
     while True:
         attempt += 1
         try:
-            with start_slot(float(kwargs.get("timeout_s", 180)), stop_requested, on_wait):
+            with start_slot(float(kwargs["timeout_s"]), stop_requested, on_wait):
                 return start_cluster_once(**kwargs)
         except RayStartInterrupted:
             raise

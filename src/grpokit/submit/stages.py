@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from hydra.core.utils import JobReturn, JobStatus
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from grpokit.config.point import PointSpec, kit_notices
 from grpokit.paths import kit_command
@@ -58,7 +58,8 @@ def sweep_options(first: DictConfig, job_overrides: list[list[str]]) -> dict[str
             f"{swept[0]} is swept, but one sweep command makes one sweep folder; nothing was submitted. "
             f"Give {swept[0]} one value (run one command per value)."
         )
-    raw = first._get_node("sweep_name")._value()  # unresolved: is it the ${now:...} default?
+    # unresolved: is it the ${now:...} default?
+    raw = OmegaConf.to_container(OmegaConf.masked_copy(first, "sweep_name"), resolve=False)["sweep_name"]
     return {
         "name": str(first.sweep_name),
         "generated": is_generated(str(raw)),

@@ -10,7 +10,7 @@ from grpokit.cli import resubmit as cli
 from grpokit.run_folder import claim as folder
 from grpokit.run_folder.manifest import write_manifest
 from grpokit.run_folder.point_state import RESUBMITTABLE_STATES
-from grpokit.submit import resubmit_points, sweep_resume
+from grpokit.submit import dispatch, resubmit_points, sweep_resume
 
 REASON = "trainer exited 3 at step 3\nTraceback (most recent call last):\n  ..."
 
@@ -38,7 +38,7 @@ def test_a_local_point_that_fails_again_makes_resubmit_exit_1_naming_it_and_why(
             _status(Path(s.run_dir), "failed", REASON)
         return [1] * len(todo)
 
-    monkeypatch.setattr(resubmit_points, "run_local", run_local)
+    monkeypatch.setattr(dispatch, "run_local", run_local)  # the local backend runs points through it
     assert cli.main([str(Path(specs[0].run_dir).parent)]) == 1
     assert ran == ["001"], "only the failed point runs again"
     out, err = capsys.readouterr()
@@ -55,7 +55,7 @@ def test_a_local_point_that_completes_leaves_resubmit_at_0(tmp_path, local_sweep
             _status(Path(s.run_dir), "completed", "reached step 4")
         return [0] * len(todo)
 
-    monkeypatch.setattr(resubmit_points, "run_local", run_local)
+    monkeypatch.setattr(dispatch, "run_local", run_local)  # the local backend runs points through it
     assert cli.main([str(Path(specs[0].run_dir).parent)]) == 0
     assert "error" not in capsys.readouterr().err
 

@@ -38,16 +38,17 @@ def test_a_point_that_failed_here_makes_the_command_exit_1_naming_it(tmp_path, c
         _point(tmp_path, "002_bad", "failed"),
     ]
     codes = [0, 0, 1]  # the drivers' exit statuses (grpokit.runtime.decisions.outcome.Exit)
-    assert stages.local_failures(specs, codes) == ["002_bad (failed)"]
+    ran = list(zip(specs, codes, strict=True))  # (point, exit status): the local backend's run_pending
+    assert stages.local_failures(ran) == ["002_bad (failed)"]
     with pytest.raises(SystemExit) as exc:
-        stages._exit_if_failed_here(specs, codes)
+        stages._exit_if_failed_here(ran)
     assert exc.value.code == 1
     assert "1 point(s) run here did not succeed: 002_bad (failed)" in capsys.readouterr().err
 
 
 def test_points_that_completed_or_were_skipped_here_leave_the_command_at_0(tmp_path):
     specs = [_point(tmp_path, "000_ok", "completed"), _point(tmp_path, "001_nogpu", "skipped_no_gpu")]
-    stages._exit_if_failed_here(specs, [0, 0])  # returns: no SystemExit
+    stages._exit_if_failed_here(list(zip(specs, [0, 0], strict=True)))  # returns: no SystemExit
 
 
 def test_hydra_learns_the_mode_without_composing_and_runs_the_same_multirun(tmp_path):

@@ -57,14 +57,10 @@ def mode_without_composing():
     checks the kit's config leaves the mode unset). A ``hydra.mode=RUN`` typed with ``-m`` loses
     only Hydra's warning that it is overridden.
     """
-    from hydra._internal.hydra import Hydra
+    from grpokit.config.hydra_internals import mode_not_composed
 
-    original = Hydra.get_mode
-    Hydra.get_mode = lambda self, config_name, overrides: None
-    try:
+    with mode_not_composed():
         yield
-    finally:
-        Hydra.get_mode = original
 
 
 def preflight(argv: list[str]) -> list[str]:

@@ -4,7 +4,7 @@ Composing a config from its defaults list takes Hydra about a second for the kit
 verl's complete one); a sweep point that differs from another only in values needs no new defaults
 list, only Hydra's own override step (parse ``key=value``, then ``OmegaConf.update``) on a copy of
 the composed config. This module is the one place the kit calls that step, which Hydra keeps private
-(``ConfigLoaderImpl._apply_overrides_to_config``, hydra-core 1.3); ``tests/unit/test_config_points.py``
+(:func:`grpokit.config.hydra_internals.apply_overrides`); ``tests/unit/test_config_points.py``
 checks the result equals Hydra's full composition.
 """
 
@@ -21,6 +21,8 @@ from typing import Any
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig, OmegaConf
+
+from grpokit.config import hydra_internals
 
 
 @functools.cache
@@ -52,9 +54,7 @@ def apply(cfg: DictConfig, overrides: Iterable[str]) -> None:
         hydra.errors.ConfigCompositionException: a key ``cfg`` does not have ("Could not override
             'k'"), a ``+key`` that already exists, or a value of the wrong type, in Hydra's words.
     """
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-
-    ConfigLoaderImpl._apply_overrides_to_config(parse(overrides), cfg)
+    hydra_internals.apply_overrides(cfg, parse(overrides))
 
 
 class Template:
@@ -194,20 +194,8 @@ def cached_interpolation_parsing(maxsize: int = 4096):
     OmegaConf (2.3) runs its ANTLR grammar on every ``${...}`` text each time it resolves it; verl's
     config has dozens of such texts and every sweep point resolves the same ones again (about
     half of the time verl's ``validate_config`` takes per point). The parse tree of a text does not
-    depend on the config it is resolved in, so the block memoises :func:`omegaconf.grammar_parser.parse`
-    (the two modules that call it see the memoised function); the original is back on exit.
+    depend on the config it is resolved in, so the block memoises OmegaConf's parse function
+    (:func:`grpokit.config.hydra_internals.memoised_interpolation_parse`); the original is back on exit.
     """
-    import omegaconf._utils
-    import omegaconf.base
-    import omegaconf.grammar_parser
-
-    original = omegaconf.grammar_parser.parse
-    if omegaconf.base.parse is not original:  # already inside such a block
+    with hydra_internals.memoised_interpolation_parse(maxsize):
         yield
-        return
-    memo = functools.lru_cache(maxsize=maxsize)(original)
-    omegaconf.base.parse = omegaconf._utils.parse = memo
-    try:
-        yield
-    finally:
-        omegaconf.base.parse = omegaconf._utils.parse = original

@@ -16,6 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from grpokit.config.hydra_internals import raw_value
 from grpokit.config.verl_schema import verl_base
 
 _PLAIN = re.compile(r"^[A-Za-z_/][\w./:@-]*$")
@@ -49,7 +50,7 @@ def raw_leaves(node: DictConfig) -> dict[str, Any]:
 
     A leaf is a scalar, a list (as a plain list), an empty mapping (``{}``), or a mapping or list
     node that holds an interpolation, ``???`` or None (that text or None). Reads OmegaConf's
-    nodes directly (``_content``, ``_value``: omegaconf 2.3): verl's tree has about 900 leaves
+    nodes directly (:func:`grpokit.config.hydra_internals.raw_value`): verl's tree has about 900 leaves
     and a sweep reads it once per point. ``tests/unit/test_config_points.py`` checks both agree.
     """
     out: dict[str, Any] = {}
@@ -58,17 +59,17 @@ def raw_leaves(node: DictConfig) -> dict[str, Any]:
 
 
 def _walk(node: Any, prefix: str, out: dict[str, Any]) -> None:
-    content = node._content
+    content = raw_value(node)
     if not isinstance(content, dict) or not content:  # {} or a node that is an interpolation, ??? or None
-        out[prefix[:-1]] = {} if isinstance(content, dict) else node._value()
+        out[prefix[:-1]] = {} if isinstance(content, dict) else content
         return
     for key, child in content.items():
         if isinstance(child, DictConfig):
             _walk(child, f"{prefix}{key}.", out)
-        elif isinstance(child, ListConfig) and isinstance(child._content, list):
+        elif isinstance(child, ListConfig) and isinstance(raw_value(child), list):
             out[f"{prefix}{key}"] = OmegaConf.to_container(child, resolve=False)
         else:
-            out[f"{prefix}{key}"] = child._value()
+            out[f"{prefix}{key}"] = raw_value(child)
 
 
 @functools.lru_cache(maxsize=1)

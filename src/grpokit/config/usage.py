@@ -134,10 +134,9 @@ def groups_text() -> str:
 
 def usage() -> str:
     """The whole ``--help`` text: the kit's usage first, Hydra's own flags after."""
-    from hydra._internal.hydra import Hydra
-    from hydra._internal.utils import get_args_parser
+    from grpokit.config.hydra_internals import hydra_flags_help
 
-    hydra_flags = _flags(Hydra.format_args_help(get_args_parser()))
+    hydra_flags = _flags(hydra_flags_help())
     return "\n".join(
         [
             "usage: python launch/sweep.py [-m] [group=option ...] [key=value[,value...] ...]",

@@ -23,7 +23,7 @@ from grpokit.runtime.decisions import resubmission
 from grpokit.slurm.job_states import job_states
 from grpokit.slurm.scancel import scancel
 from grpokit.submit import no_space
-from grpokit.submit.dispatch import run_local, submit_slurm
+from grpokit.submit.backends import executor_for
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +84,12 @@ class Resubmission:
     failed_here: list[str] = dataclasses.field(default_factory=list)
 
 
-def failed_here(specs: list[PointSpec], codes: list[int]) -> list[str]:
-    """``name (state): first line of its reason`` of each point whose driver exited non-zero
-    (its ``status.json``; ``no status.json`` when the driver wrote none)."""
+def failed_here(ran: list[tuple[PointSpec, int]]) -> list[str]:
+    """``name (state): first line of its reason`` of each point run here whose driver exited non-zero
+    (its ``status.json``; ``no status.json`` when the driver wrote none); ``ran``: ``(point, exit
+    status)`` pairs (:meth:`grpokit.submit.backends.Executor.run_pending`)."""
     out = []
-    for spec, code in zip(specs, codes, strict=True):
+    for spec, code in ran:
         if code == 0:
             continue
         status = read_status_or_none(spec.run_dir)
@@ -134,9 +135,7 @@ def _resubmit_locked(claim: Claim, states: tuple[str, ...], dry_run: bool, undo:
         return Resubmission(entries)
     specs = [PointSpec.from_json(RunFolder(p.run_dir).point.read_text()) for p in entries]
     _, changed = submit_again(claim, specs, chosen, how="resubmit", undo=undo)
-    if specs[0].cluster.kind != "slurm":
-        return Resubmission(changed, failed_here(specs, run_local(specs)))
-    return Resubmission(changed)
+    return Resubmission(changed, failed_here(executor_for(specs[0].cluster).run_pending(specs)))
 
 
 def submit_again(
@@ -149,7 +148,7 @@ def submit_again(
     arrays of at most ``MaxArraySize``; a refusal is one line and exit 2, the folder unchanged). The
     manifest records the new ids with the replaced ones in each entry's ``history``, and
     ``submissions.jsonl`` one line (``how``, the points, their ids, what each replaced). A local
-    sweep's points are not run here: the caller runs them (``run_local``).
+    sweep's points are not run here: the caller runs them (the executor's ``run_pending``).
 
     Args:
         claim: the sweep folder, held (``open_existing``).
@@ -170,12 +169,7 @@ def submit_again(
         for spec in specs:
             undo.keep(RunFolder(spec.run_dir).resubmit)
             resubmission.request(Path(spec.run_dir))
-    if specs[0].cluster.kind == "slurm":
-        spec_bytes = sum(no_space.BLOCK + len(s.to_json()) for s in specs)
-        with no_space.writing(sweep_dir, "submitit's job files (submitit/)", spec_bytes):
-            job_ids: list[str | None] = list(submit_slurm(sweep_dir, specs, specs[0].cluster))
-    else:
-        job_ids = [None] * len(specs)
+    job_ids = executor_for(specs[0].cluster).submit(sweep_dir, specs)  # None each: run here by the caller
     manifest = read_manifest(sweep_dir)
     changed = replace_job_ids(manifest, {s.index: (j, replaced[s.index]) for s, j in zip(specs, job_ids, strict=True)})
     undo.keep(sweep_dir / "manifest.json")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from hydra.core.utils import JobReturn, JobStatus
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from grpokit.config.point import PointSpec, kit_notices
 from grpokit.paths import kit_command
@@ -32,7 +32,8 @@ from grpokit.run_folder.manifest import read_manifest, write_manifest
 from grpokit.slurm.scancel import scancel
 from grpokit.submit import chain, halving, halving_controller, no_space, repeats, snapshot
 from grpokit.submit import sweep_resume as resume_mod
-from grpokit.submit.dispatch import arrays_phrase, check_picklable, run_local, submit_slurm, write_dry_run
+from grpokit.submit.backends import executor_for
+from grpokit.submit.dispatch import arrays_phrase, check_picklable, write_dry_run
 from grpokit.submit.dry_run_summary import dry_run_summary
 from grpokit.submit.points import build_points, point_loader, swept_keys
 from grpokit.submit.wait import attempt_counts, wait_for
@@ -58,7 +59,8 @@ def sweep_options(first: DictConfig, job_overrides: list[list[str]]) -> dict[str
             f"{swept[0]} is swept, but one sweep command makes one sweep folder; nothing was submitted. "
             f"Give {swept[0]} one value (run one command per value)."
         )
-    raw = first._get_node("sweep_name")._value()  # unresolved: is it the ${now:...} default?
+    # unresolved: is it the ${now:...} default?
+    raw = OmegaConf.to_container(OmegaConf.masked_copy(first, "sweep_name"), resolve=False)["sweep_name"]
     return {
         "name": str(first.sweep_name),
         "generated": is_generated(str(raw)),
@@ -170,7 +172,7 @@ def _submit_claimed(claim: Claim, undo: no_space.Undo, first, opts, specs, clust
         chain.record_plan(claim.path, chained)  # before submission: submit_slurm chains each point
     if claim.resumed:
         return resume_sweep(claim, specs, cluster, wait=opts["wait"], undo=undo)
-    if cluster.kind == "slurm" and not first.use_live_code:
+    if executor_for(cluster).runs_later and not first.use_live_code:
         with no_space.writing(claim.path, "the code snapshot (code/)", snapshot.estimate()):
             snapshot.take(claim.path)  # the code every attempt of every point runs (grpokit.submit.snapshot)
     returns = submit_new(claim, specs, cluster, meta, wait=opts["wait"])
@@ -237,13 +239,15 @@ def _cancelled_when_full(job_ids: list[str | None]):
     try:
         yield
     except no_space.NoSpace as exc:
-        said = scancel([str(j) for j in job_ids if j])
-        exc.what += f"; its jobs {arrays_phrase(job_ids)} were cancelled" if said is None else f"; scancel: {said}"
+        if any(job_ids):  # the local backend queued nothing
+            said = scancel([str(j) for j in job_ids if j])
+            exc.what += f"; its jobs {arrays_phrase(job_ids)} were cancelled" if said is None else f"; scancel: {said}"
         raise
 
 
 def submit_new(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], meta: dict, *, wait: bool):
-    """A new sweep in a folder just claimed: point files, manifest, one array (or local runs)."""
+    """A new sweep in a folder just claimed: point files, manifest, then the points through the
+    cluster's executor (:mod:`grpokit.submit.backends`: Slurm job arrays, or runs here)."""
     global submitting_into
     sweep_dir = claim.path
     names = [s.name for s in specs]
@@ -255,30 +259,32 @@ def submit_new(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], me
     # points (and run folders) findable; the Slurm ids are filled in right after.
     with no_space.writing(sweep_dir, "manifest.json", _manifest_bytes(specs)):
         write_manifest(sweep_dir, specs, [None] * len(specs), **meta)
-    if cluster.kind == "slurm":
-        before = attempt_counts(specs)
-        # a refused submission leaves nothing queued and, when nothing was, no folder (submit_slurm)
-        with no_space.writing(sweep_dir, "submitit's job files (submitit/)", spec_bytes + 2 * no_space.BLOCK):
-            job_ids = submit_slurm(sweep_dir, specs, cluster)
-        with _cancelled_when_full(job_ids):  # the jobs are queued: a full disk now cancels them
-            with no_space.writing(sweep_dir, "manifest.json", _manifest_bytes(specs)):
-                write_manifest(sweep_dir, specs, job_ids, **meta)
-                snapshot.record(sweep_dir)  # the commit the jobs run (null: use_live_code)
-            with no_space.writing(sweep_dir, "submissions.jsonl", no_space.BLOCK):
-                claim.record("new", names, job_ids)
-        claim.release()
-        print(f"submitted {len(specs)} point(s) as {arrays_phrase(job_ids)}; sweep folder {sweep_dir}")
-        print(f"  watch: {kit_command('status', f'{sweep_dir} --watch')}")
-        if wait:
-            _wait(specs, job_ids, before)
-        return [_job_return(s, j) for s, j in zip(specs, job_ids, strict=True)]
-    with no_space.writing(sweep_dir, "submissions.jsonl", no_space.BLOCK):
-        claim.record("new", names, [None] * len(specs))
+    executor = executor_for(cluster)
+    before = attempt_counts(specs)
+    # a refused submission leaves nothing queued and, when nothing was, no folder (submit_slurm)
+    job_ids = executor.submit(sweep_dir, specs)
+    with _cancelled_when_full(job_ids):  # jobs queued: a full disk now cancels them
+        with no_space.writing(sweep_dir, "manifest.json", _manifest_bytes(specs)):
+            write_manifest(sweep_dir, specs, job_ids, **meta)
+            snapshot.record(sweep_dir)  # the commit the jobs run (null: use_live_code, or run here)
+        with no_space.writing(sweep_dir, "submissions.jsonl", no_space.BLOCK):
+            claim.record("new", names, job_ids)
     claim.release()
-    codes = run_local(specs)
-    print(f"ran {len(specs)} point(s) locally; sweep folder {sweep_dir}")
-    _exit_if_failed_here(specs, codes)
-    return [_job_return(s, c) for s, c in zip(specs, codes, strict=True)]
+    ran = executor.run_pending(specs)
+    print(f"{executor.done(len(specs), job_ids)}; sweep folder {sweep_dir}")
+    _follow(executor, specs, job_ids, before, sweep_dir, wait=wait)
+    _exit_if_failed_here(ran)
+    codes = {s.index: c for s, c in ran}
+    return [_job_return(s, codes.get(s.index, j)) for s, j in zip(specs, job_ids, strict=True)]
+
+
+def _follow(executor, specs: list[PointSpec], job_ids: list[str | None], before: list[int], sweep_dir: Path, *, wait):
+    """Jobs that run later: the command to watch them, and with ``wait=true`` the wait for them."""
+    if not executor.runs_later:
+        return
+    print(f"  watch: {kit_command('status', f'{sweep_dir} --watch')}")
+    if wait:
+        _wait(specs, job_ids, before)
 
 
 def resume_sweep(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], *, wait: bool, undo=None):
@@ -299,19 +305,15 @@ def resume_sweep(claim: Claim, specs: list[PointSpec], cluster: dict[str, Any], 
     global submitting_into
     submitting_into = sweep_dir
     before = attempt_counts(todo)
+    executor = executor_for(cluster)
     job_ids, _ = submit_again(claim, todo, chosen, how="resume", undo=undo)
     claim.release()
+    ran = executor.run_pending(todo)
     what = ", ".join(f"{s.name} ({chosen[s.index]})" for s in todo)
-    if cluster.kind != "slurm":
-        codes = run_local(todo)
-        print(f"resume: ran {len(todo)} point(s) here: {what}; left alone: {left}")
-        _exit_if_failed_here(todo, codes)
-        return [_job_return(s, None) for s in specs]
-    print(f"resume: resubmitted {len(todo)} point(s) as {arrays_phrase(job_ids)}: {what}")
+    print(f"resume: {executor.done(len(todo), job_ids, again=True)}: {what}")
     print(f"  left alone: {left}; sweep folder {sweep_dir}")
-    print(f"  watch: {kit_command('status', f'{sweep_dir} --watch')}")
-    if wait:
-        _wait(todo, job_ids, before)
+    _follow(executor, todo, job_ids, before, sweep_dir, wait=wait)
+    _exit_if_failed_here(ran)
     return [_job_return(s, None) for s in specs]
 
 
@@ -325,18 +327,19 @@ def _wait(specs: list[PointSpec], job_ids: list[str | None], before: list[int]) 
         _refuse(f"wait: {len(bad)} point(s) did not complete: {', '.join(bad)}", code=1)
 
 
-def local_failures(specs: list[PointSpec], codes: list[int]) -> list[str]:
-    """``name (state)`` of each point run here whose driver exited non-zero (failed, cancelled)."""
+def local_failures(ran: list[tuple[PointSpec, int]]) -> list[str]:
+    """``name (state)`` of each point run here whose driver exited non-zero (failed, cancelled);
+    ``ran``: ``(point, exit status)`` pairs (:meth:`grpokit.submit.backends.Executor.run_pending`)."""
     return [
         f"{s.name} ({getattr(read_status_or_none(s.run_dir), 'state', None) or 'no status.json'})"
-        for s, code in zip(specs, codes, strict=True)
+        for s, code in ran
         if code != 0
     ]
 
 
-def _exit_if_failed_here(specs: list[PointSpec], codes: list[int]) -> None:
+def _exit_if_failed_here(ran: list[tuple[PointSpec, int]]) -> None:
     """Exit 1 (the command's status) when a point run on this machine did not end well."""
-    bad = local_failures(specs, codes)
+    bad = local_failures(ran)
     if bad:
         _refuse(f"{len(bad)} point(s) run here did not succeed: {', '.join(bad)}; see each run folder's status.json", 1)
 

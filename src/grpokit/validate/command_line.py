@@ -37,6 +37,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from grpokit.config import verl_legacy
+from grpokit.config.hydra_internals import child_node
 from grpokit.config.key_hints import hints
 from grpokit.config.overrides import flat_base
 from grpokit.config.resolvers import derivation_inputs
@@ -78,7 +79,7 @@ def _node(cfg: DictConfig, key: str):
     for part in key.split("."):
         if not OmegaConf.is_dict(node) or part not in node.keys():  # noqa: SIM118 (`in` hides ??? keys)
             return None
-        node = node._get_node(part)
+        node = child_node(node, part)
     return node
 
 

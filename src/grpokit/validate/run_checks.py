@@ -23,8 +23,9 @@ import importlib.util
 import os
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
+from grpokit.config.hydra_internals import child_node, raw_value
 from grpokit.config.point import PointSpec
 from grpokit.problems import Problem, note
 
@@ -55,23 +56,21 @@ def _get(cfg: DictConfig, key: str, default=None, *, follow: bool = True):
     parent, _, leaf = key.rpartition(".")
     node = cfg
     for part in parent.split(".") if parent else ():
-        node = node._get_node(part) if isinstance(node, DictConfig) else None
-        if node is None or node._is_interpolation() or node._is_none():
+        node = child_node(node, part) if isinstance(node, DictConfig) else None
+        if node is None or OmegaConf.is_interpolation(node) or raw_value(node) is None:
             return _slow_get(cfg, key, default)
     if not isinstance(node, DictConfig):
         return default
-    child = node._get_node(leaf)
+    child = child_node(node, leaf)
     if child is None:
         return default
-    if child._is_interpolation():
+    if OmegaConf.is_interpolation(child):
         return node.get(leaf, default) if follow else default
-    value = child._value()
+    value = raw_value(child)
     return default if value is None else value
 
 
 def _slow_get(cfg: DictConfig, key: str, default):
-    from omegaconf import OmegaConf
-
     value = OmegaConf.select(cfg, key, default=default, throw_on_resolution_failure=False)
     return default if value is None else value
 

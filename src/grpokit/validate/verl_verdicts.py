@@ -121,7 +121,8 @@ def names_hidden(cfg: DictConfig) -> Iterator[None]:
             parent = OmegaConf.select(cfg, parent_key)
             if not OmegaConf.is_dict(parent) or leaf not in parent:
                 continue  # a config without it: nothing to hide
-            saved.append((parent, leaf, parent._get_node(leaf)._value()))
+            raw = OmegaConf.to_container(OmegaConf.masked_copy(parent, leaf), resolve=False)[leaf]  # as written
+            saved.append((parent, leaf, raw))
             parent[leaf] = "???"
         yield
     finally:

@@ -23,12 +23,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-
+from grpokit.config.hydra_internals import basic_sweeper_class, sweeper_config_overrides
 from hydra_plugins.grpokit_launcher._config import GrpokitSweeperConf  # noqa: F401  (registers the node)
 
 
-class GrpokitSweeper(BasicSweeper):
+class GrpokitSweeper(basic_sweeper_class()):  # Hydra's BasicSweeper
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
         from hydra_plugins.grpokit_launcher.grpokit_launcher import GrpokitLauncher
 
@@ -51,7 +50,7 @@ class GrpokitSweeper(BasicSweeper):
                 print(self._full_disk_line(exc), file=sys.stderr)
                 raise SystemExit(2) from None
         assert self.config is not None and self.hydra_context is not None
-        params = [*self._parse_config(), *arguments]
+        params = [*sweeper_config_overrides(self), *arguments]
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         self.overrides = self.split_arguments(parser.parse_overrides(params), self.max_batch_size)
         returns = []

@@ -16,6 +16,8 @@ import re
 import sys
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 HERE = Path(__file__).resolve().parent
 CPU_LOCK = HERE / "cpu.txt"
 GPU_SET = HERE / "gpu.txt"
@@ -37,8 +39,9 @@ _HEADER = """\
 
 
 def normalise(name: str) -> str:
-    """PEP 503's normal form of a distribution name (``Rank_BM25`` -> ``rank-bm25``)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+    """PEP 503's normal form of a distribution name (``Rank_BM25`` -> ``rank-bm25``): packaging's
+    ``canonicalize_name``."""
+    return canonicalize_name(name)
 
 
 def read_pins(path: Path) -> dict[str, str]:

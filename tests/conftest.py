@@ -366,6 +366,54 @@ def local_sweep():
     return _local_sweep
 
 
+def _point_folder(
+    sweep: Path,
+    index: int,
+    state: str,
+    *,
+    target: int = 4,
+    step: int | None = None,
+    reason: str = "",
+    job_id: str | None = None,
+) -> dict:
+    """A run folder ``<sweep>/<NNN>_lr-<index>`` as the driver leaves it (docs/run-folder.md: status.json
+    with one attempt, ended unless ``state`` is running; point.json), run locally unless ``job_id``;
+    returns the point's manifest entry."""
+    run = sweep / f"{index:03d}_lr-{index}"
+    run.mkdir(parents=True)
+    ended = state != "running"
+    attempt = {
+        "attempt": 1,
+        "start": "2026-01-01T00:00:00+00:00",
+        "end": "2026-01-01T00:05:00+00:00" if ended else None,
+        "ended_by": state if ended else None,
+        "elapsed_s": 300.0 if ended else None,
+    }
+    status = {"state": state, "reason": reason, "target_step": target, "last_step": step, "attempts": [attempt]}
+    (run / "status.json").write_text(json.dumps(status))
+    (run / "point.json").write_text("{}")
+    return {"index": index, "name": run.name, "run_dir": str(run), "swept": {"lr": index}, "job_id": job_id}
+
+
+def _sweep_manifest(folder: Path, points: list[dict]) -> Path:
+    """``folder/manifest.json`` naming ``points`` (:func:`_point_folder`'s entries), swept key ``lr``."""
+    (folder / "manifest.json").write_text(json.dumps({"sweep": folder.name, "swept_keys": ["lr"], "points": points}))
+    return folder
+
+
+@pytest.fixture
+def point_folder():
+    """``point_folder(sweep, index, state, *, target=4, step=None, reason="", job_id=None) -> entry``:
+    a point's run folder as the driver leaves it (:func:`_point_folder`)."""
+    return _point_folder
+
+
+@pytest.fixture
+def sweep_manifest():
+    """``sweep_manifest(folder, entries) -> folder``: the sweep's manifest.json naming those points."""
+    return _sweep_manifest
+
+
 # --- the order the parallel part starts its files in ---------------------------------------------
 
 #: The integration files that run longest, about longest first (each file's tests took 2.5-7.5

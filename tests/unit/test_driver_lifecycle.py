@@ -537,6 +537,52 @@ def test_a_tracker_naming_a_moved_step_and_a_flipped_shard_before_it_resume_the_
     assert_closed(second, spec, signal_handlers)
 
 
+def test_the_checkpoint_crc_check_runs_while_ray_starts_and_still_sets_a_damaged_step_aside(
+    tmp_path, bare_point, signal_handlers, monkeypatch
+):
+    """The CRC-32 read of the step to resume (about 13 s cold for a 10 GB step) overlaps the sidecars'
+    and Ray's start; its verdict is joined before the trainer starts and is the same: the newest step,
+    a byte flipped (sizes pass it), is set aside and the step before it resumed."""
+    from grpokit.runtime import driver as driver_module
+    from grpokit.runtime.decisions import resume_from
+
+    spec = make_spec(bare_point, tmp_path)
+    assert run_attempt(spec, script={3: _send(signal.SIGUSR2)}).status["state"] == "requeued"
+    ckpt = Path(spec.checkpoint_dir)
+    shard = ckpt / "global_step_3" / "actor" / "model_world_size_1_rank_0.pt"
+    data = bytearray(shard.read_bytes())
+    data[data.index(b"standin")] ^= 0xFF
+    shard.write_bytes(data)
+    assert checkpoints.inspect_checkpoint(ckpt / "global_step_3").complete  # by sizes: whole
+
+    ray_starting, checked_while_ray_started = threading.Event(), []
+
+    def prepare_resume(*args, **kwargs):  # the real check, begun only once Ray's start has begun
+        checked_while_ray_started.append(ray_starting.wait(10))
+        return resume_from.prepare_resume(*args, **kwargs)
+
+    monkeypatch.setattr(driver_module, "prepare_resume", prepare_resume)
+    stand_in = doubles.StandInRay()
+
+    def start_ray(**kwargs):
+        ray_starting.set()
+        return stand_in(**kwargs)
+
+    seen = []  # status.json when the trainer runs: the verdict is recorded before it starts
+    second = run_attempt(
+        spec,
+        ray=start_ray,
+        script={3: lambda _t: seen.append(json.loads((Path(spec.run_dir) / "status.json").read_text()))},
+    )
+    assert checked_while_ray_started == [True], "the check waited for a Ray start that came only after it"
+    assert second.status["state"] == "completed", second.status.get("reason")
+    assert seen[0]["attempts"][-1]["resume_step"] == second.attempt["resume_step"] == 2
+    assert seen[0]["reason"] == second.attempt["checkpoint_set_aside"]
+    assert second.attempt["checkpoint_set_aside"].startswith("checkpoint global_step_3 set aside as global_step_3.")
+    assert [p.name.split(".")[0] for p in ckpt.glob("global_step_3.incomplete-*")] == ["global_step_3"]
+    assert stand_in.clusters and all(c.stopped for c in stand_in.clusters)
+
+
 def test_a_wait_for_the_ray_start_slot_is_the_points_reason_meanwhile(
     tmp_path, bare_point, signal_handlers, monkeypatch
 ):

@@ -164,33 +164,11 @@ def test_sweep_help_names_the_researchers_switches_and_no_internal_note():
     assert "issue " not in run.stdout.lower()
 
 
-def _point(sweep: Path, index: int, state: str, *, target: int = 4, reason: str = "", step: int | None = None) -> dict:
-    """A run folder as the driver leaves it (docs/run-folder.md), run locally (no Slurm id)."""
-    run = sweep / f"{index:03d}_lr-{index}"
-    run.mkdir(parents=True)
-    ended = state != "running"
-    attempt = {
-        "attempt": 1,
-        "start": "2026-01-01T00:00:00+00:00",
-        "end": "2026-01-01T00:05:00+00:00" if ended else None,
-        "ended_by": state if ended else None,
-        "elapsed_s": 300.0 if ended else None,
-    }
-    status = {"state": state, "reason": reason, "target_step": target, "last_step": step, "attempts": [attempt]}
-    (run / "status.json").write_text(json.dumps(status))
-    return {"index": index, "name": run.name, "run_dir": str(run), "swept": {"lr": index}, "job_id": None}
-
-
-def _sweep_folder(folder: Path, points: list[dict]) -> Path:
-    (folder / "manifest.json").write_text(json.dumps({"sweep": folder.name, "swept_keys": ["lr"], "points": points}))
-    return folder
-
-
-def test_status_json_keeps_the_whole_reason(tmp_path):
+def test_status_json_keeps_the_whole_reason(tmp_path, point_folder, sweep_manifest):
     reason = (
         "trainer exited with 1; last lines of trainer.log:\nTraceback (most recent call last):\nRuntimeError: CUDA OOM"
     )
-    folder = _sweep_folder(tmp_path / "sw", [_point(tmp_path / "sw", 0, "failed", reason=reason)])
+    folder = sweep_manifest(tmp_path / "sw", [point_folder(tmp_path / "sw", 0, "failed", reason=reason)])
     run = subprocess.run([GRPOKIT, "status", str(folder), "--json"], env=_env(), capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     (row,) = json.loads(run.stdout)
@@ -201,11 +179,11 @@ def test_status_json_keeps_the_whole_reason(tmp_path):
     assert "last lines of trainer.log:" in table.stdout and "CUDA OOM" not in table.stdout  # the table: first line
 
 
-def test_status_watch_ends_once_every_point_is_final(tmp_path, monkeypatch, capsys):
+def test_status_watch_ends_once_every_point_is_final(tmp_path, monkeypatch, capsys, point_folder, sweep_manifest):
     from grpokit.cli import status
 
     sweep = tmp_path / "sw"
-    folder = _sweep_folder(sweep, [_point(sweep, 0, "completed"), _point(sweep, 1, "running", step=2)])
+    folder = sweep_manifest(sweep, [point_folder(sweep, 0, "completed"), point_folder(sweep, 1, "running", step=2)])
     running = sweep / "001_lr-1" / "status.json"
     sleeps = []
 
@@ -221,7 +199,7 @@ def test_status_watch_ends_once_every_point_is_final(tmp_path, monkeypatch, caps
     assert "every point is final" in capsys.readouterr().out
 
 
-def test_halving_points_at_a_rung_are_waiting_rung_not_completed(tmp_path):
+def test_halving_points_at_a_rung_are_waiting_rung_not_completed(tmp_path, point_folder, sweep_manifest):
     from grpokit.reports.report_table import collect_report
     from grpokit.reports.status_table import collect_rows
     from grpokit.run_folder.halving_record import HalvingPlan, HalvingRecord, write_halving
@@ -229,11 +207,11 @@ def test_halving_points_at_a_rung_are_waiting_rung_not_completed(tmp_path):
 
     sweep = tmp_path / "sw"
     points = [
-        _point(sweep, 0, "completed", target=2, step=2),
-        _point(sweep, 1, "completed", target=6, step=6),
-        _point(sweep, 2, "pruned", target=2, step=2),
+        point_folder(sweep, 0, "completed", target=2, step=2),
+        point_folder(sweep, 1, "completed", target=6, step=6),
+        point_folder(sweep, 2, "pruned", target=2, step=2),
     ]
-    folder = _sweep_folder(sweep, points)
+    folder = sweep_manifest(sweep, points)
     write_halving(folder, HalvingRecord(HalvingPlan((2, 4), 0.5, "val_acc", "max", 6), 0, ()))
     rows = collect_rows(load_sweep(folder))
     assert [r.state for r in rows] == ["waiting_rung", "completed", "pruned"]

@@ -39,29 +39,6 @@ def _sweep_command(*args: str, cwd: Path, home: Path | None = None) -> subproces
     )
 
 
-def _point(sweep: Path, index: int, state: str, job_id: str | None = None) -> dict:
-    """A run folder as the driver leaves it (docs/run-folder.md), run locally unless ``job_id``."""
-    run = sweep / f"{index:03d}_lr-{index}"
-    run.mkdir(parents=True)
-    ended = state != "running"
-    attempt = {
-        "attempt": 1,
-        "start": "2026-01-01T00:00:00+00:00",
-        "end": "2026-01-01T00:05:00+00:00" if ended else None,
-        "ended_by": state if ended else None,
-        "elapsed_s": 300.0 if ended else None,
-    }
-    status = {"state": state, "reason": "", "target_step": 4, "last_step": 2, "attempts": [attempt]}
-    (run / "status.json").write_text(json.dumps(status))
-    (run / "point.json").write_text("{}")
-    return {"index": index, "name": run.name, "run_dir": str(run), "swept": {"lr": index}, "job_id": job_id}
-
-
-def _sweep_folder(folder: Path, points: list[dict]) -> Path:
-    (folder / "manifest.json").write_text(json.dumps({"sweep": folder.name, "swept_keys": ["lr"], "points": points}))
-    return folder
-
-
 def _finish(run: Path) -> None:
     done = json.loads((run / "status.json").read_text())
     done["state"], done["attempts"][0]["end"], done["attempts"][0]["ended_by"] = "completed", "x", "completed"
@@ -71,9 +48,11 @@ def _finish(run: Path) -> None:
 # --- 1. status, resume, cancel -------------------------------------------------------------------
 
 
-def test_status_watch_piped_prints_each_refresh_as_it_comes_and_the_last_line_on_its_own(tmp_path):
+def test_status_watch_piped_prints_each_refresh_as_it_comes_and_the_last_line_on_its_own(
+    tmp_path, point_folder, sweep_manifest
+):
     sweep = tmp_path / "sw"
-    _sweep_folder(sweep, [_point(sweep, 0, "completed"), _point(sweep, 1, "running")])
+    sweep_manifest(sweep, [point_folder(sweep, 0, "completed"), point_folder(sweep, 1, "running")])
     proc = subprocess.Popen(
         [sys.executable, str(REPO / "launch" / "status.py"), str(sweep), "--watch", "0.5"],
         env=_env(),
@@ -101,11 +80,11 @@ def test_status_watch_piped_prints_each_refresh_as_it_comes_and_the_last_line_on
     assert sum("sweep sw (2 points)" in line for line in lines) >= 2  # one table per refresh
 
 
-def test_status_of_a_point_folder_shows_that_point_of_its_sweep(tmp_path, capsys):
+def test_status_of_a_point_folder_shows_that_point_of_its_sweep(tmp_path, capsys, point_folder, sweep_manifest):
     from grpokit.cli import status
 
     sweep = tmp_path / "sw"
-    _sweep_folder(sweep, [_point(sweep, 0, "completed"), _point(sweep, 1, "failed")])
+    sweep_manifest(sweep, [point_folder(sweep, 0, "completed"), point_folder(sweep, 1, "failed")])
     assert status.main([str(sweep / "001_lr-1"), "--width", "200"]) == 0
     out = capsys.readouterr().out
     assert f"point 001_lr-1 of sweep {sweep}" in out and "status" in out
@@ -137,11 +116,11 @@ def test_resume_of_a_mistyped_sweep_name_names_the_nearest_sweeps(tmp_path):
     assert "no sweep folder" in run.stderr and "nearest: lr_sweep" in run.stderr, run.stderr
 
 
-def test_cancel_with_no_points_named_speaks_of_the_whole_sweep(tmp_path):
+def test_cancel_with_no_points_named_speaks_of_the_whole_sweep(tmp_path, point_folder, sweep_manifest):
     from grpokit.cli.cancel import cancel
 
     sweep = tmp_path / "sw"
-    _sweep_folder(sweep, [_point(sweep, 0, "completed"), _point(sweep, 1, "failed")])
+    sweep_manifest(sweep, [point_folder(sweep, 0, "completed"), point_folder(sweep, 1, "failed")])
     out = io.StringIO()
     assert cancel(sweep, [], dry_run=True, out=out) == 0
     assert "none of the sweep's 2 point(s) is queued or running" in out.getvalue()

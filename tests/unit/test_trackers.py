@@ -59,3 +59,32 @@ def test_an_unknown_wandb_mode_is_refused_before_submission(base):
     assert "offlne" in problem.message and "offline" in problem.fix
     with pytest.raises(ValueError, match="runtime.wandb_mode"):
         trackers.environment(spec)
+
+
+@pytest.mark.parametrize("given", ["wandb", "[console,wandb]", "['console', 'tensorboard']", "[]"])
+def test_the_job_reads_the_loggers_the_checks_before_submission_read(base, given):
+    """One reader of verl's trainer.logger (grpokit.config.point.logger_backends): the checks before
+    submission (grpokit.validate.job_needs, on verl's composed config of the point) and the job (the
+    emitted override) name the same backends: the user's, with verl's file logger added."""
+    from grpokit.config.point import logger_backends
+    from grpokit.validate import job_needs, verl_check
+
+    overrides = [*base, f"verl.trainer.logger={given}"]
+    cfg = compose_kit(overrides)
+    spec = build_point(cfg, index=0, kit_overrides=overrides, swept={})
+    verl_cfg, problems = verl_check.compose_point(spec)
+    assert verl_cfg is not None, problems
+    user = logger_backends(cfg.verl.trainer.logger)
+    assert job_needs._loggers(verl_cfg) == spec.loggers() == [*user, *(["file"] if "file" not in user else [])]
+    assert ("wandb" in spec.loggers()) == ("WANDB_RUN_ID" in trackers.environment(spec))
+
+
+def test_logger_backends_takes_what_verls_tracking_takes():
+    from omegaconf import OmegaConf
+
+    from grpokit.config.point import logger_backends
+
+    assert logger_backends(None) == []
+    assert logger_backends("wandb") == ["wandb"]
+    assert logger_backends(("console", "wandb")) == ["console", "wandb"]
+    assert logger_backends(OmegaConf.create({"x": ["console"]}).x) == ["console"]

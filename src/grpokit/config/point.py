@@ -84,9 +84,38 @@ class PointSpec:
                 return v
         return None
 
+    def loggers(self) -> list[str]:
+        """verl's ``trainer.logger`` backends the job passes: :func:`logger_backends` of the emitted
+        override, read in Hydra's override grammar (``[console,wandb,file]`` -> three names)."""
+        from grpokit.config.override_step import parse
+
+        text = self.verl_value("trainer.logger")
+        return logger_backends(None if text is None else parse([f"trainer.logger={text}"])[0].value())
+
 
 #: verl's logger backend that writes ``$VERL_FILE_LOGGER_PATH`` (``verl/utils/tracking.py::FileLogger``).
 FILE_LOGGER = "file"
+
+#: The values of ``runtime.wandb_mode`` (W&B's own modes; checked before submission by
+#: grpokit.validate.kit_checks, passed as ``WANDB_MODE`` by grpokit.runtime.trackers).
+WANDB_MODES = ("online", "offline", "disabled")
+
+
+def logger_backends(value: Any) -> list[str]:
+    """verl's ``trainer.logger`` as a list of backend names, in order.
+
+    ``value`` is what verl's ``Tracking`` takes: one name (a string), a list of names (a list, tuple
+    or OmegaConf ``ListConfig``), or None (no backend: ``[]``). The one reader of that key: the
+    point's build, the checks before submission (grpokit.validate.job_needs) and the job
+    (grpokit.runtime.trackers) all go through it.
+    """
+    if OmegaConf.is_config(value):
+        value = OmegaConf.to_container(value, resolve=True)
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return [str(v) for v in value]
 
 
 def with_file_logger(value: Any) -> tuple[list[str], str | None]:
@@ -97,7 +126,7 @@ def with_file_logger(value: Any) -> tuple[list[str], str | None]:
     """
     if OmegaConf.is_config(value):
         value = OmegaConf.to_container(value, resolve=True)
-    given = [] if value is None else [value] if isinstance(value, str) else [str(v) for v in value]
+    given = logger_backends(value)
     if FILE_LOGGER in given:
         return given, None
     kept = [*given, FILE_LOGGER]

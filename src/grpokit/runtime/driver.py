@@ -5,8 +5,8 @@ One attempt is a lifecycle, :meth:`Driver.run`:
 
 - :meth:`Driver.open`: run-folder files, the attempt's log, the stop-signal handlers, the signal
   relay, ``status.json`` ``running``;
-- :meth:`Driver.prepare`: verl's check of the point (in a thread) while the checkpoint folder is
-  checked and repaired for resume and the sidecars and the job's own Ray start;
+- :meth:`Driver.prepare`: verl's check of the point and the checkpoint folder's repair for resume
+  (its CRC-32 read), each in a thread, while the sidecars and the job's own Ray start;
 - :meth:`Driver.train`: the trainer under supervision (sidecars, Ray, hang watchdog, pruning);
 - :meth:`Driver.close`, in ``finally``: stops everything the attempt started, decides its one
   immutable :class:`~grpokit.runtime.decisions.outcome.Outcome` (:func:`grpokit.runtime.decisions.outcome.decide`),
@@ -199,41 +199,39 @@ class Driver:
         log.info("point %s, attempt %d, run folder %s", self.spec.name, attempt, self.run_dir)
 
     def prepare(self) -> tuple[list[str], dict[str, str]]:
-        """verl's check of the point (importing verl takes seconds) runs in a thread while the
-        checkpoint folder is checked and repaired and the sidecars and Ray start; the trainer
-        starts only once it passed. Returns the trainer's command and environment.
+        """verl's check of the point (importing verl takes seconds) and the repair of its checkpoint
+        folder for resume (:func:`prepare_resume`: the CRC-32 read of the step to resume, about 13 s
+        cold for a 10 GB step) each run in a thread while the sidecars and Ray start; the trainer
+        starts only once both are done and the check passed. Returns the trainer's command and
+        environment.
 
         Raises:
             JobFailed: the point does not validate, or its checkpoint folder is refused (``invalid``).
             SidecarError, RayStartError: a sidecar or Ray did not start.
+            OSError: a checkpoint folder could not be set aside or pruned (:func:`prepare_resume`).
         """
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="validate")
+        pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="prepare")
         try:
             validation = pool.submit(self._validate)
             self._check_checkpoint_folder()  # before anything in it is changed
-            keep = self.spec.verl_value("trainer.max_actor_ckpt_to_keep")
-            resume = prepare_resume(
-                Path(self.spec.checkpoint_dir), keep=int(keep) if keep not in (None, "null") else None
-            )
-            if resume["note"]:  # a damaged or partial checkpoint was set aside: the point's reason while it runs
-                self.status.set_reason(resume["note"])
-                self.status.update_attempt(resume_step=resume["resume_step"], checkpoint_set_aside=resume["note"])
-            else:
-                self.status.update_attempt(resume_step=resume["resume_step"])
-            seeded = compile_cache.seed(self.spec.checkpoint_dir, self.run_dir.parent.glob("*/checkpoints"))
-            if seeded:  # a first attempt: a sibling point's compiled kernels, not a compile of its own
-                self.status.update_attempt(compile_cache_seeded_from=seeded)
-            env = {
-                **os.environ,
-                **compile_cache.environment(self.spec.checkpoint_dir, os.environ),  # reused on resume
-                **startup.environment(os.environ),  # vLLM's INFO lines: the engine's part of startup.json
-                **{k: str(v) for k, v in self.spec.runtime.env.items()},
-                **trainer.environment(self.run_dir, self.attempt_dir),
-                **trackers.environment(self.spec),  # W&B: one run per point across attempts
-            }
+            resuming = pool.submit(self._prepare_resume)  # nothing the services start reads a global_step_N
             try:
+                seeded = compile_cache.seed(self.spec.checkpoint_dir, self.run_dir.parent.glob("*/checkpoints"))
+                if seeded:  # a first attempt: a sibling point's compiled kernels, not a compile of its own
+                    self.status.update_attempt(compile_cache_seeded_from=seeded)
+                env = {
+                    **os.environ,
+                    **compile_cache.environment(self.spec.checkpoint_dir, os.environ),  # reused on resume
+                    **startup.environment(os.environ),  # vLLM's INFO lines: the engine's part of startup.json
+                    **{k: str(v) for k, v in self.spec.runtime.env.items()},
+                    **trainer.environment(self.run_dir, self.attempt_dir),
+                    **trackers.environment(self.spec),  # W&B: one run per point across attempts
+                }
                 env = self._start_services(env)
             finally:
+                # Joined whatever happened meanwhile (it renames folders and rewrites the tracker); its
+                # error, as when it ran first, wins over a start-up error and over verl's check.
+                self._record_resume(resuming.result())
                 if self.stop_signal is None:
                     validation.result()  # a validation failure wins over a start-up error
         finally:
@@ -426,6 +424,20 @@ class Driver:
         if problems:
             raise JobFailed("the point does not validate:\n" + "\n".join(map(str, problems)), "invalid")
         return cfg
+
+    def _prepare_resume(self) -> dict:
+        """:func:`prepare_resume` of the point's checkpoint folder (on the prepare thread)."""
+        keep = self.spec.verl_value("trainer.max_actor_ckpt_to_keep")
+        return prepare_resume(Path(self.spec.checkpoint_dir), keep=int(keep) if keep not in (None, "null") else None)
+
+    def _record_resume(self, resume: dict) -> None:
+        """The step resumed in the attempt's record; a damaged or partial checkpoint set aside is the
+        point's reason while it runs."""
+        if resume["note"]:
+            self.status.set_reason(resume["note"])
+            self.status.update_attempt(resume_step=resume["resume_step"], checkpoint_set_aside=resume["note"])
+        else:
+            self.status.update_attempt(resume_step=resume["resume_step"])
 
     def _check_checkpoint_folder(self) -> None:
         """Refuse (``invalid``) a checkpoint folder that other nodes do not see, or one whose newest

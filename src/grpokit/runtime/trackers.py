@@ -28,22 +28,12 @@ import hashlib
 import re
 from typing import Any
 
-from grpokit.config.point import PointSpec
+from grpokit.config.point import WANDB_MODES, PointSpec
 
 #: W&B refuses these characters in a run id (``wandb/sdk/wandb_settings.py``, ``validate_run_id``).
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 #: W&B's limit on a tag's length (its API refuses longer tags).
 TAG_MAX = 64
-#: The values of ``runtime.wandb_mode`` (W&B's own modes).
-WANDB_MODES = ("online", "offline", "disabled")
-
-
-def loggers(spec: PointSpec) -> list[str]:
-    """verl's ``trainer.logger`` backends of the point, as the job passes them (a list of names)."""
-    value = (spec.verl_value("trainer.logger") or "").strip()
-    if value.startswith("[") and value.endswith("]"):
-        value = value[1:-1]
-    return [part.strip().strip("'\"") for part in value.split(",") if part.strip()]
 
 
 def wandb_run_id(sweep_name: str, point_name: str) -> str:
@@ -82,7 +72,7 @@ def environment(spec: PointSpec) -> dict[str, str]:
             f"point {spec.name}: runtime.wandb_mode={mode!r} is not one of {', '.join(WANDB_MODES)} "
             "(or null: W&B's own, $WANDB_MODE or online); set runtime.wandb_mode=offline on nodes without internet"
         )
-    if "wandb" not in loggers(spec):
+    if "wandb" not in spec.loggers():
         return {"WANDB_MODE": "disabled"}
     env = {
         "WANDB_RUN_ID": wandb_run_id(spec.sweep_name, spec.name),

@@ -21,11 +21,12 @@ import functools
 import hashlib
 import json
 import os
-import re
 import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+
+from packaging.utils import canonicalize_name
 
 from grpokit.config.verl_schema import cache_dir
 
@@ -39,8 +40,9 @@ ASK_TIMEOUT_S = 60
 
 
 def normalise(name: str) -> str:
-    """PEP 503's normal form of a distribution name (``Flash_Attn`` -> ``flash-attn``)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+    """PEP 503's normal form of a distribution name (``Flash_Attn`` -> ``flash-attn``): packaging's
+    ``canonicalize_name``."""
+    return canonicalize_name(name)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,7 +39,7 @@ from urllib.parse import urlparse
 from omegaconf import DictConfig, OmegaConf
 
 from grpokit.config.overrides import flat_base
-from grpokit.config.point import PointSpec
+from grpokit.config.point import PointSpec, logger_backends
 from grpokit.problems import Problem
 from grpokit.validate.job_environment import JobEnvironment
 
@@ -86,12 +86,7 @@ def verl_logger_backends() -> tuple[str, ...]:
 
 
 def _loggers(cfg: DictConfig) -> list[str]:
-    value = OmegaConf.select(cfg, "trainer.logger")
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    return [str(v) for v in value]
+    return logger_backends(OmegaConf.select(cfg, "trainer.logger"))
 
 
 def _who(env: JobEnvironment) -> str:

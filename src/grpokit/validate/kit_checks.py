@@ -7,13 +7,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpokit.config.point import PointSpec
+from grpokit.config.point import WANDB_MODES, PointSpec
 from grpokit.config.schema import ClusterConf, PruningRules, RuntimeConf
 from grpokit.paths import kit_command
 from grpokit.problems import Problem
-
-#: W&B's own modes, the values of ``runtime.wandb_mode`` (read in the job by grpokit.runtime.trackers).
-WANDB_MODES = ("online", "offline", "disabled")
 
 
 def _paths(value) -> list[str]:

@@ -47,6 +47,7 @@ from grpokit.run_folder.atomic import now
 from grpokit.run_folder.attempt_end import AttemptEnd, read_end, record_end
 from grpokit.run_folder.heartbeat import Record, read_record
 from grpokit.run_folder.layout import METRICS, RAY_DIR, SUBMITIT_DIR
+from grpokit.slurm import log_lines
 
 if TYPE_CHECKING:
     from grpokit.run_folder.status_record import PointStatus
@@ -58,14 +59,8 @@ TRACKER = "latest_checkpointed_iteration.txt"
 #: submitit's line at each start of the job: it splits the stderr file into runs.
 START_MARKER = "Starting with JobEnvironment"
 
-_SIGNALS = {"Killed": 9, "Terminated": 15, "Segmentation fault": 11, "Aborted": 6, "Bus error": 7, "Hangup": 1}
-_SLURM_END = re.compile(r"\*\*\* (?:JOB|STEP) (\S+) ON (\S+) CANCELLED AT (\S+)(.*?)\*\*\*")
-_NODE_FAIL = re.compile(r"Node failure on (\S+)")
-_TASK_SIGNAL = re.compile(r"srun: error: (\S+): tasks? [\d,-]+: (" + "|".join(_SIGNALS) + r")\b")
 # bash, the batch script's shell, on a child killed by a signal: "<script>: line 44: 24382 Killed   python ..."
-_SHELL_SIGNAL = re.compile(r"line \d+: +\d+ (" + "|".join(_SIGNALS) + r")\b")
-_TASK_EXIT = re.compile(r"srun: error: (\S+): tasks? [\d,-]+: Exited with exit code (\d+)")
-_OOM = re.compile(r"oom[-_]kill event|Out Of Memory|OUT_OF_MEMORY", re.IGNORECASE)
+_SHELL_SIGNAL = re.compile(r"line \d+: +\d+ (" + "|".join(log_lines.SIGNALS) + r")\b")
 _LIVE = ("queued", "running")
 
 
@@ -100,26 +95,25 @@ def stderr_cause(lines: list[str]) -> Cause | None:
     if failed := node_failure(lines):
         return failed
     text = "\n".join(lines)
-    ends = _SLURM_END.findall(text)
-    if ends:
-        _job, host, at, tail = ends[-1]
-        if "PREEMPTION" in tail:
-            return Cause("preempted", f"preempted by Slurm at {at}")
-        if "TIME LIMIT" in tail:
-            return Cause("timeout", f"time limit reached at {at}")
-        if "REQUEUE" in tail:
-            return Cause("preempted", f"requeued by Slurm (scontrol requeue) at {at}")
-        by = re.search(r"BY (\S+)", tail)
-        return Cause("cancelled", f"cancelled (scancel{' by ' + by.group(1) if by else ''}) at {at}")
-    if _OOM.search(text):
+    if ends := log_lines.job_ends(text):
+        end = ends[-1]
+        if end.why == "preemption":
+            return Cause("preempted", f"preempted by Slurm at {end.at}")
+        if end.why == "time_limit":
+            return Cause("timeout", f"time limit reached at {end.at}")
+        if end.why == "requeue":
+            return Cause("preempted", f"requeued by Slurm (scontrol requeue) at {end.at}")
+        return Cause("cancelled", f"cancelled (scancel{' by ' + end.by if end.by else ''}) at {end.at}")
+    if log_lines.oom_killed(text):
         return Cause("failed", "killed by the OOM killer (out of memory)")
-    if m := list(_TASK_SIGNAL.finditer(text)):
-        last = m[-1]
-        return Cause("failed", f"killed (signal {_SIGNALS[last.group(2)]}) on {last.group(1)}")
+    if signals := log_lines.task_signals(text):
+        node, signal = signals[-1]
+        return Cause("failed", f"killed (signal {signal}) on {node}")
     if m := list(_SHELL_SIGNAL.finditer(text)):
-        return Cause("failed", f"killed (signal {_SIGNALS[m[-1].group(1)]})")
-    if m := list(_TASK_EXIT.finditer(text)):
-        return Cause("failed", f"exited with {m[-1].group(2)} on {m[-1].group(1)}")
+        return Cause("failed", f"killed (signal {log_lines.SIGNALS[m[-1].group(1)]})")
+    if exits := log_lines.task_exits(text):
+        node, code = exits[-1]
+        return Cause("failed", f"exited with {code} on {node}")
     return None
 
 
@@ -130,13 +124,12 @@ def node_failure(lines: list[str]) -> Cause | None:
     SLURMCTLD LOG FOR DETAILS ***`` (printed on the nodes that survived: ``node1`` is not the one
     that failed) -> ``a node of the job failed``. None when neither is there (Slurm 22.05's wording)."""
     text = "\n".join(lines)
-    if m := _NODE_FAIL.search(text):
-        return Cause("failed", f"node {m.group(1)} failed", "node_failed")
-    for _job, host, _at, tail in _SLURM_END.findall(text):
-        if "NODE FAILURE" in tail:
-            return Cause(
-                "failed", f"a node of the job failed (Slurm cancelled it on {host} DUE TO NODE FAILURE)", "node_failed"
-            )
+    if nodes := log_lines.failed_nodes(text):
+        return Cause("failed", f"node {nodes[0]} failed", "node_failed")
+    for end in log_lines.job_ends(text):
+        if end.why == "node_failure":
+            text = f"a node of the job failed (Slurm cancelled it on {end.host} DUE TO NODE FAILURE)"
+            return Cause("failed", text, "node_failed")
     return None
 
 

@@ -22,7 +22,9 @@ Slurm does not know the job, heartbeat fresh or missing     none: nothing proves
 The first final verdict decided from Slurm's answer or a stale heartbeat is recorded
 (:mod:`grpokit.run_folder.attempt_end`, by :func:`settle`): once shown final, the point stays final
 with the same reason when Slurm forgets the job, until a new attempt of it starts. Slurm's end
-state words are one table, :data:`grpokit.slurm.job_states.KIT_STATE` (``REVOKED`` is ``cancelled``).
+states are one table, :data:`grpokit.slurm.job_states.JOB_STATES` (their words, ``REVOKED`` is
+``cancelled``, and the causes ``NODE_FAIL``, ``OUT_OF_MEMORY`` and ``BOOT_FAIL`` name by themselves);
+a recorded outcome's word is :func:`grpokit.run_folder.states.ended_word`, as for ``status``.
 
 The reason reads ``<cause> at step <S>; last checkpoint step <C>`` (``killed (signal 9) at step 16;
 last checkpoint step 15``). A final verdict is one of the resubmittable words (``failed``,
@@ -47,7 +49,9 @@ from grpokit.run_folder.atomic import now
 from grpokit.run_folder.attempt_end import AttemptEnd, read_end, record_end
 from grpokit.run_folder.heartbeat import Record, read_record
 from grpokit.run_folder.layout import METRICS, RAY_DIR, SUBMITIT_DIR
+from grpokit.run_folder.states import ended_word
 from grpokit.slurm import log_lines
+from grpokit.slurm.job_states import LIVE_WORDS, state_cause
 
 if TYPE_CHECKING:
     from grpokit.run_folder.status_record import PointStatus
@@ -61,7 +65,7 @@ START_MARKER = "Starting with JobEnvironment"
 
 # bash, the batch script's shell, on a child killed by a signal: "<script>: line 44: 24382 Killed   python ..."
 _SHELL_SIGNAL = re.compile(r"line \d+: +\d+ (" + "|".join(log_lines.SIGNALS) + r")\b")
-_LIVE = ("queued", "running")
+_LIVE = LIVE_WORDS
 
 
 @dataclass(frozen=True)
@@ -72,14 +76,6 @@ class Cause:
     word: str
     text: str
     ended_by: str = "killed"
-
-
-#: Slurm's end states that name their cause when the job's stderr does not (squeue(1) JOB STATE CODES).
-_STATE_CAUSE = {
-    "NODE_FAIL": Cause("failed", "a node of the job failed (Slurm: NODE_FAIL)", "node_failed"),
-    "OUT_OF_MEMORY": Cause("failed", "killed by the OOM killer (out of memory)"),
-    "BOOT_FAIL": Cause("failed", "a node of the job failed to boot (Slurm: BOOT_FAIL)", "node_failed"),
-}
 
 
 def stderr_cause(lines: list[str]) -> Cause | None:
@@ -237,12 +233,16 @@ def _where(ev: Evidence) -> str:
 
 
 def _outcome_word(outcome: dict) -> str:
-    state, ended_by = outcome.get("state"), outcome.get("ended_by")
-    if ended_by in ("timeout", "preempted", "cancelled") and state in ("failed", "requeued", "cancelled"):
-        return str(ended_by)
-    if state in ("requeued", "pending", "running"):
-        return "failed"  # nothing will start it again: Slurm does not hold the job
-    return {"sidecar_failed": "failed"}.get(str(state), str(state))
+    """The word of the driver's recorded outcome (:func:`grpokit.run_folder.states.ended_word`)."""
+    return ended_word(outcome.get("state"), outcome.get("ended_by"))
+
+
+def _state_cause(slurm_state: str | None) -> Cause | None:
+    """The cause Slurm's end state names by itself (:func:`grpokit.slurm.job_states.state_cause`)."""
+    meaning = state_cause(slurm_state)
+    if meaning is None or meaning.cause is None:
+        return None
+    return Cause(meaning.word, meaning.cause, "node_failed" if meaning.node_failed else "killed")
 
 
 def decide(ev: Evidence) -> Verdict | None:
@@ -263,11 +263,11 @@ def decide(ev: Evidence) -> Verdict | None:
             return None  # exit 0 without an outcome: the status reports say what is missing
         cause = (
             ev.stderr
-            or _STATE_CAUSE.get(ev.slurm_state or "")
+            or _state_cause(ev.slurm_state)
             or exit_code_cause(ev.slurm_exit_code)
             or Cause(slurm_word, f"Slurm: {ev.slurm_state}")
         )
-        word = cause.word if cause.word != "failed" else slurm_word  # Slurm's word: KIT_STATE, one table
+        word = cause.word if cause.word != "failed" else slurm_word  # Slurm's word: JOB_STATES, one table
         reason = f"{cause.text}{_where(ev)} (job {ev.job_id}, Slurm: {ev.slurm_state})"
         return Verdict(word, reason, cause.ended_by, ev.slurm_state, ev.last_beat_at)
     if ev.beat_age_s is None or ev.stale_after_s is None or ev.beat_age_s <= ev.stale_after_s:

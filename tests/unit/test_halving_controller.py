@@ -1,6 +1,6 @@
 """Successive halving's controller (grpokit.submit.halving_controller) on a real sweep folder, with
 Slurm's side faked in-process: sbatch of the arrays and of the next controller recorded, ``squeue``
-answered through the one Slurm runner (``run_slurm``). The Slurm run:
+answered through the one Slurm runner (``run_slurm`` of :mod:`grpokit.slurm.named_jobs`). The Slurm run:
 tests/integration/test_halving_slurm.py."""
 
 from __future__ import annotations
@@ -28,20 +28,6 @@ def test_metric_at_reads_the_last_value_at_or_before_the_rung(tmp_path):
     assert metric_at(tmp_path, "val_acc", 3) == ("val-core/openai/gsm8k/acc/mean@1", 0.5)
     assert metric_at(tmp_path, "critic/score/mean", 2) == ("critic/score/mean", 0.2)
     assert metric_at(tmp_path, "actor/entropy", 3) == ("actor/entropy", None)
-
-
-def test_submitted_since_compares_squeue_local_times_with_the_records_utc():
-    since = dt.datetime(2026, 12, 3, 12, 0, 0, tzinfo=dt.UTC)
-    local = since.astimezone().replace(tzinfo=None)
-    out = "\n".join(
-        [
-            f"20_0|{(local - dt.timedelta(seconds=1)).isoformat()}",  # before: not ours
-            f"20_1|{local.isoformat()}",
-            f"21|{(local + dt.timedelta(minutes=5)).isoformat()}",
-            "22|N/A",
-        ]
-    )
-    assert halving_controller.submitted_since(out, since.isoformat()) == ["20_1", "21"]
 
 
 def _sweep(tmp_path, values: list[float], bare_point) -> tuple:
@@ -90,7 +76,7 @@ def slurm(monkeypatch):
 
     monkeypatch.setattr("grpokit.submit.arrays.submit_arrays", submit_arrays)
     monkeypatch.setattr(halving_controller, "submit_controller", submit_controller)
-    monkeypatch.setattr(halving_controller, "run_slurm", run_slurm)
+    monkeypatch.setattr("grpokit.slurm.named_jobs.run_slurm", run_slurm)
     return calls
 
 

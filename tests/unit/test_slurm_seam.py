@@ -1,5 +1,6 @@
-"""One Slurm seam: every ``SLURM_*`` variable through :class:`grpokit.slurm.task.JobEnv`, every Slurm
-client, ``srun`` and ``nvidia-smi`` call through :mod:`grpokit.slurm` (read from the source)."""
+"""One Slurm seam: every ``SLURM_*``/``SBATCH_*`` variable through :mod:`grpokit.slurm` (mostly
+:class:`grpokit.slurm.task.JobEnv`), every Slurm command line, ``srun`` and ``nvidia-smi`` call built
+in :mod:`grpokit.slurm` (read from the source; the rule is :func:`seam_breaks`' docstring)."""
 
 from __future__ import annotations
 
@@ -85,22 +86,88 @@ def test_job_env_reads_os_environ_by_default(monkeypatch):
 # -- the seam, read from the source -------------------------------------------------------------------
 SRC = Path(__file__).resolve().parents[2] / "src"
 SLURM_PACKAGE = SRC / "grpokit" / "slurm"
-SLURM_VAR = re.compile(r"^SLURMD?_[A-Z0-9_]+$")
+#: A Slurm environment variable's name, or a prefix of such names (``"SLURM_"``, ``"SBATCH_"``).
+SLURM_VAR = re.compile(r"^(?:SLURMD?|SBATCH|SALLOC|SRUN)_[A-Z0-9_]*$")
+#: Slurm's programs (the clients of slurm(1) the kit runs or could run).
+SLURM_PROGRAMS = ("sbatch", "squeue", "scontrol", "sacct", "sacctmgr", "scancel", "srun", "salloc", "sinfo")
+#: Calls that run, look up or split a command: a Slurm program's name in their arguments is a command.
+EXECUTING_CALLS = {
+    "run",
+    "Popen",
+    "call",
+    "check_call",
+    "check_output",
+    "system",
+    "popen",
+    "split",
+    "which",
+    "run_slurm",
+    "start",
+}
+#: Words only Slurm's own output lines hold (slurmstepd's, srun's, sbatch's): a literal with one is a parser of them.
+SLURM_OUTPUT_MARKERS = (
+    "CANCELLED AT",
+    "srun: error",
+    "sbatch: error",
+    "slurmstepd",
+    "Node failure on",
+    "Exited with exit code",
+)
 
 #: Modules outside grpokit/slurm/ allowed one finding: (the finding's words, why).
 KNOWN: dict[str, tuple[str, str]] = {
     # layer 0 (below slurm/): the rehearsal trainer, run in verl's place, names its node as Slurm does
-    "grpokit/rehearsal/rehearsal_trainer.py": ("reads SLURMD_NODENAME", "layer 0 cannot import slurm/"),
+    "grpokit/rehearsal/rehearsal_trainer.py": ("names SLURMD_NODENAME", "layer 0 cannot import slurm/"),
 }
 
 
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the module's, classes' and functions' docstring constants (prose: naming a program is fine)."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                out.add(id(first.value))
+    return out
+
+
+def _leading_text(node: ast.expr) -> str | None:
+    """The text a string expression starts with: a constant's value, an f-string's first literal part."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+        return str(node.values[0].value)
+    return None
+
+
 def seam_breaks(source: str) -> list[str]:
-    """What in ``source`` goes around the seam: a ``SLURM_*``/``SLURMD_*`` variable read from an
-    environment mapping (``.get``/``getenv``/``pop``/``setdefault``, ``[...]``, ``in``), or a command
-    line (list or tuple literal) of one of :data:`grpokit.slurm.runner.COMMANDS` that is not passed
-    straight to the runner (``run_slurm([...])``, ``runner.run([...])``)."""
+    """What in ``source`` (a module outside ``grpokit/slurm/``) goes around the seam.
+
+    The rule, read from the syntax tree (comments are not in it; docstrings are skipped):
+
+    1. A Slurm environment variable: any string literal that is a ``SLURM_*``, ``SLURMD_*``,
+       ``SBATCH_*``, ``SALLOC_*`` or ``SRUN_*`` name or prefix (``os.environ.get("SLURM_JOB_ID")``,
+       ``name.startswith(("SLURM_", "SBATCH_"))``): read, set or cleaned, the variable belongs to
+       :class:`grpokit.slurm.task.JobEnv` or another module of ``slurm/``.
+    2. A Slurm program as a command: a string literal that is exactly a program's name (an argv
+       element, ``shutil.which("sbatch")``, ``argv[0] == "srun"``), or a literal or f-string that
+       starts with ``"<program> "`` and is an argv element or an argument of a call that runs,
+       looks up or splits a command (:data:`EXECUTING_CALLS`: ``subprocess.run``, ``os.system``,
+       ``shlex.split``, ``run_slurm``, ...). Text for people that names a command inside a
+       sentence or a label (``f"Check squeue --name {name}"``, ``"squeue (time left)"``) is fine:
+       it is not executed.
+    3. A command line (list or tuple literal) of one of :data:`grpokit.slurm.runner.COMMANDS`
+       (``nvidia-smi`` too), unless passed straight to the runner.
+    4. A parser of Slurm's output lines: a string literal (a pattern, a needle) holding one of
+       :data:`SLURM_OUTPUT_MARKERS` (``r"srun: error: (\\S+)"``, ``"CANCELLED AT"``); they are read by
+       :mod:`grpokit.slurm.log_lines`.
+    5. Slurm parameters mapped outside :mod:`grpokit.slurm.executor`: the name ``SlurmExecutor``
+       (submitit's) used in code.
+    """
     found = []
     tree = ast.parse(source)
+    prose = _docstrings(tree)
     through_runner = {
         id(node.args[0])
         for node in ast.walk(tree)
@@ -108,23 +175,30 @@ def seam_breaks(source: str) -> list[str]:
         and node.args
         and (getattr(node.func, "id", None) == "run_slurm" or _is_runner_run(node.func))
     }
+    executed = set()
     for node in ast.walk(tree):
-        name = None
-        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+        if isinstance(node, ast.List | ast.Tuple):
+            executed.update(id(e) for e in node.elts)
+        elif isinstance(node, ast.Call):
             func = node.func
             called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-            if called in ("get", "getenv", "pop", "setdefault"):
-                name = node.args[0].value
-        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
-            name = node.slice.value
-        elif (
-            isinstance(node, ast.Compare)
-            and isinstance(node.left, ast.Constant)
-            and any(isinstance(op, ast.In | ast.NotIn) for op in node.ops)
+            if called in EXECUTING_CALLS:
+                executed.update(id(a) for a in [*node.args, *(k.value for k in node.keywords)])
+    for node in ast.walk(tree):
+        text = _leading_text(node) if id(node) not in prose else None
+        if text is not None and isinstance(node, ast.Constant) and SLURM_VAR.match(text):
+            found.append(f"line {node.lineno}: names {text} (use grpokit.slurm.task.JobEnv or grpokit.slurm)")
+        if text is not None and (
+            (isinstance(node, ast.Constant) and text.strip() in SLURM_PROGRAMS)
+            or (id(node) in executed and text.split(" ", 1)[0] in SLURM_PROGRAMS and " " in text)
         ):
-            name = node.left.value
-        if isinstance(name, str) and SLURM_VAR.match(name):
-            found.append(f"line {node.lineno}: reads {name} (use grpokit.slurm.task.JobEnv)")
+            found.append(f"line {node.lineno}: runs {text.split()[0]} (ask a module of grpokit.slurm)")
+        if text is not None and isinstance(node, ast.Constant) and any(m in text for m in SLURM_OUTPUT_MARKERS):
+            found.append(f"line {node.lineno}: parses Slurm's output {text[:40]!r} (use grpokit.slurm.log_lines)")
+        if (isinstance(node, ast.Name) and node.id == "SlurmExecutor") or (
+            isinstance(node, ast.Attribute) and node.attr == "SlurmExecutor"
+        ):
+            found.append(f"line {node.lineno}: builds a SlurmExecutor (use grpokit.slurm.executor)")
         first = node.elts[0] if isinstance(node, ast.List | ast.Tuple) and node.elts else None
         if isinstance(first, ast.Constant) and first.value in runner.COMMANDS and id(node) not in through_runner:
             found.append(f"line {node.lineno}: runs {first.value} (use grpokit.slurm.runner)")
@@ -136,24 +210,37 @@ def _is_runner_run(func: ast.expr) -> bool:
 
 
 def test_the_seam_check_finds_each_kind():
-    sample = """
-import os, subprocess
+    """Each kind of break is found once per line; prose and labels naming a command are not."""
+    sample = '''
+"""Module docstring: sbatch, squeue and SLURM_JOB_ID named in prose."""
+import os, shutil, subprocess
 a = os.environ.get("SLURM_JOB_ID")
 b = os.environ["SLURMD_NODENAME"]
 c = "SLURM_PROCID" in os.environ
-d = os.getenv("SLURM_MEM_PER_CPU")
+d = os.getenv("SBATCH_PARTITION")
 subprocess.run(["squeue", "-h"])
 cmd = ("nvidia-smi", "-L")
-fine = name.startswith(("SLURM_", "SBATCH_")) and name != "SLURM_CONF"
+dropped = name.startswith(("SLURM_", "SBATCH_"))
 out = run_slurm(["squeue", "-h", "--me"])
-out = runner.run(["scontrol", "show", "config"], timeout_s=20)
-"""
-    assert sorted(f.split(":")[0] for f in seam_breaks(sample)) == [f"line {n}" for n in (3, 4, 5, 6, 7, 8)]
+found = shutil.which("sbatch")
+os.system(f"scancel {job}")
+args = shlex.split("scontrol show config")
+if argv[0] == "srun":
+    pass
+print(f"Check squeue --name {name}; then scancel it")  # a sentence for people
+label = "scontrol show config (KillWait)"  # a log label, not run
+def f():
+    """sacct is named here (a docstring), and srun: error lines."""
+END = re.compile(r"JOB (\\S+) ON (\\S+) CANCELLED AT (\\S+)")
+executor = submitit.SlurmExecutor(folder="x")
+'''
+    lines = sorted({int(f.split(":")[0].split()[1]) for f in seam_breaks(sample)})
+    assert lines == [4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 21, 22]
 
 
 def test_no_module_outside_slurm_goes_around_the_seam():
     breaks = {}
-    for path in sorted((SRC / "grpokit").rglob("*.py")):
+    for path in sorted([*(SRC / "grpokit").rglob("*.py"), *(SRC / "hydra_plugins").rglob("*.py")]):
         if SLURM_PACKAGE in path.parents:
             continue
         rel = path.relative_to(SRC).as_posix()
@@ -162,7 +249,7 @@ def test_no_module_outside_slurm_goes_around_the_seam():
         found = [f for f in found if words is None or words not in f]
         if found:
             breaks[rel] = found
-    assert breaks == {}, "Slurm outside grpokit/slurm/ (JobEnv for SLURM_*, runner.run for commands):\n" + "\n".join(
+    assert breaks == {}, "Slurm outside grpokit/slurm/ (move the code that builds or reads it there):\n" + "\n".join(
         f"{m}: {line}" for m, lines in breaks.items() for line in lines
     )
 

@@ -145,3 +145,59 @@ def test_real_cluster_array_job(slurm, tmp_path, monkeypatch):
             break
         time.sleep(1)
     assert st[f"{array_id}_2"].kit_state == "cancelled"
+
+
+#: squeue(1) "JOB STATE CODES" of Slurm 22.05 (``man squeue`` on this cluster): code, state, the kit's word.
+SQUEUE_JOB_STATE_CODES = [
+    ("BF", "BOOT_FAIL", "failed"),
+    ("CA", "CANCELLED", "cancelled"),
+    ("CD", "COMPLETED", "completed"),
+    ("CF", "CONFIGURING", "queued"),
+    ("CG", "COMPLETING", "running"),
+    ("DL", "DEADLINE", "timeout"),
+    ("F", "FAILED", "failed"),
+    ("NF", "NODE_FAIL", "failed"),
+    ("OOM", "OUT_OF_MEMORY", "failed"),
+    ("PD", "PENDING", "queued"),
+    ("PR", "PREEMPTED", "preempted"),
+    ("R", "RUNNING", "running"),
+    ("RD", "RESV_DEL_HOLD", "queued"),
+    ("RF", "REQUEUE_FED", "queued"),
+    ("RH", "REQUEUE_HOLD", "queued"),
+    ("RQ", "REQUEUED", "queued"),
+    ("RS", "RESIZING", "running"),
+    ("RV", "REVOKED", "cancelled"),
+    ("SI", "SIGNALING", "running"),
+    ("SE", "SPECIAL_EXIT", "queued"),
+    ("SO", "STAGE_OUT", "running"),
+    ("ST", "STOPPED", "running"),
+    ("S", "SUSPENDED", "running"),
+    ("TO", "TIMEOUT", "timeout"),
+]
+
+
+@pytest.mark.parametrize(
+    ("code", "state", "word"), SQUEUE_JOB_STATE_CODES, ids=[s for _, s, _ in SQUEUE_JOB_STATE_CODES]
+)
+def test_every_slurm_job_state_has_one_word(code, state, word):
+    """Each state of Slurm's docs through the one table, as each reader sees it: squeue's and
+    scontrol's line, sacct's row, the shown state of a point whose job Slurm reports so."""
+    from grpokit.run_folder.point_state import ShownEvidence, shown_state
+
+    assert slurm_state.JOB_STATES[state].word == word and slurm_state.kit_word(state) == word
+    squeue = parse_squeue(f"7|{state}|0:05|None|node1\n")["7"]
+    scontrol = parse_scontrol(f"JobId=7 JobState={state} Reason=None ExitCode=0:0 RunTime=00:00:05\n")["7"]
+    sacct = parse_sacct(f"7|{state}|5|0:0|node1|None\n")["7"]
+    assert squeue.kit_state == scontrol.kit_state == sacct.kit_state == word
+    assert squeue.is_live == (word in ("queued", "running"))
+    shown = shown_state(ShownEvidence(recorded="running", submitted=True, slurm_word=word))
+    assert shown == ("unknown" if word == "completed" else word)  # COMPLETED without the job's own record
+
+
+def test_the_table_is_slurms_list_and_names_the_causes_of_three_end_states():
+    assert sorted(slurm_state.JOB_STATES) == sorted(s for _, s, _ in SQUEUE_JOB_STATE_CODES)
+    assert slurm_state.kit_word("CANCELLED by 1000") == "cancelled"  # sacct's wording
+    assert slurm_state.kit_word("SOMETHING_NEW") == slurm_state.kit_word(None) == "unknown"
+    causes = {s: m.node_failed for s, m in slurm_state.JOB_STATES.items() if m.cause}
+    assert causes == {"NODE_FAIL": True, "BOOT_FAIL": True, "OUT_OF_MEMORY": False}
+    assert slurm_state.state_cause("FAILED") is None and slurm_state.state_cause("NODE_FAIL").node_failed

@@ -19,7 +19,7 @@ from grpokit.run_folder.metrics import VAL_ACC_RE, val_acc_keys
 from grpokit.run_folder.point_state import open_attempt_end, open_attempt_verdict, point_state, status_is_this_jobs
 from grpokit.run_folder.status_record import Attempt, attempt_elapsed_s
 from grpokit.run_folder.sweep_reader import Point
-from grpokit.slurm.job_states import SlurmJobState
+from grpokit.slurm.job_states import LIVE_WORDS, SlurmJobState
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def point_reason(
     shown by its end's reason, not by the reason status.json held while it ran. None when nothing says."""
     state = state or point_state(point, slurm)
     status = point.status
-    verdict = open_attempt_verdict(point, slurm) if state not in ("queued", "running") else None
+    verdict = open_attempt_verdict(point, slurm) if state not in LIVE_WORDS else None
     if verdict is not None:  # the attempt's end, not the reason status.json held while it ran
         return verdict.reason
     own = str((status.reason if status is not None else None) or "").strip() if status_is_this_jobs(point) else ""
@@ -159,7 +159,7 @@ def gpu_hours(point: Point, slurm: SlurmJobState | None = None, now: datetime | 
         running = i == len(attempts) - 1 and att.end is None and att.elapsed_s is None
         if running and slurm is not None and slurm.elapsed_s is not None and slurm.kit_state == "running":
             total += slurm.elapsed_s
-        elif running and (slurm is None or slurm.kit_state not in ("queued", "running")):
+        elif running and (slurm is None or not slurm.is_live):
             total += attempt_elapsed_s(att, open_attempt_end(point, slurm) or now) or 0.0
         else:
             total += attempt_elapsed_s(att, now) or 0.0

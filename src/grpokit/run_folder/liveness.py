@@ -22,7 +22,9 @@ Slurm does not know the job, heartbeat fresh or missing     none: nothing proves
 The first final verdict decided from Slurm's answer or a stale heartbeat is recorded
 (:mod:`grpokit.run_folder.attempt_end`, by :func:`settle`): once shown final, the point stays final
 with the same reason when Slurm forgets the job, until a new attempt of it starts. Slurm's end
-state words are one table, :data:`grpokit.slurm.job_states.KIT_STATE` (``REVOKED`` is ``cancelled``).
+states are one table, :data:`grpokit.slurm.job_states.JOB_STATES` (their words, ``REVOKED`` is
+``cancelled``, and the causes ``NODE_FAIL``, ``OUT_OF_MEMORY`` and ``BOOT_FAIL`` name by themselves);
+a recorded outcome's word is :func:`grpokit.run_folder.states.ended_word`, as for ``status``.
 
 The reason reads ``<cause> at step <S>; last checkpoint step <C>`` (``killed (signal 9) at step 16;
 last checkpoint step 15``). A final verdict is one of the resubmittable words (``failed``,
@@ -47,6 +49,9 @@ from grpokit.run_folder.atomic import now
 from grpokit.run_folder.attempt_end import AttemptEnd, read_end, record_end
 from grpokit.run_folder.heartbeat import Record, read_record
 from grpokit.run_folder.layout import METRICS, RAY_DIR, SUBMITIT_DIR
+from grpokit.run_folder.states import ended_word
+from grpokit.slurm import log_lines
+from grpokit.slurm.job_states import LIVE_WORDS, state_cause
 
 if TYPE_CHECKING:
     from grpokit.run_folder.status_record import PointStatus
@@ -58,15 +63,9 @@ TRACKER = "latest_checkpointed_iteration.txt"
 #: submitit's line at each start of the job: it splits the stderr file into runs.
 START_MARKER = "Starting with JobEnvironment"
 
-_SIGNALS = {"Killed": 9, "Terminated": 15, "Segmentation fault": 11, "Aborted": 6, "Bus error": 7, "Hangup": 1}
-_SLURM_END = re.compile(r"\*\*\* (?:JOB|STEP) (\S+) ON (\S+) CANCELLED AT (\S+)(.*?)\*\*\*")
-_NODE_FAIL = re.compile(r"Node failure on (\S+)")
-_TASK_SIGNAL = re.compile(r"srun: error: (\S+): tasks? [\d,-]+: (" + "|".join(_SIGNALS) + r")\b")
 # bash, the batch script's shell, on a child killed by a signal: "<script>: line 44: 24382 Killed   python ..."
-_SHELL_SIGNAL = re.compile(r"line \d+: +\d+ (" + "|".join(_SIGNALS) + r")\b")
-_TASK_EXIT = re.compile(r"srun: error: (\S+): tasks? [\d,-]+: Exited with exit code (\d+)")
-_OOM = re.compile(r"oom[-_]kill event|Out Of Memory|OUT_OF_MEMORY", re.IGNORECASE)
-_LIVE = ("queued", "running")
+_SHELL_SIGNAL = re.compile(r"line \d+: +\d+ (" + "|".join(log_lines.SIGNALS) + r")\b")
+_LIVE = LIVE_WORDS
 
 
 @dataclass(frozen=True)
@@ -77,14 +76,6 @@ class Cause:
     word: str
     text: str
     ended_by: str = "killed"
-
-
-#: Slurm's end states that name their cause when the job's stderr does not (squeue(1) JOB STATE CODES).
-_STATE_CAUSE = {
-    "NODE_FAIL": Cause("failed", "a node of the job failed (Slurm: NODE_FAIL)", "node_failed"),
-    "OUT_OF_MEMORY": Cause("failed", "killed by the OOM killer (out of memory)"),
-    "BOOT_FAIL": Cause("failed", "a node of the job failed to boot (Slurm: BOOT_FAIL)", "node_failed"),
-}
 
 
 def stderr_cause(lines: list[str]) -> Cause | None:
@@ -100,26 +91,25 @@ def stderr_cause(lines: list[str]) -> Cause | None:
     if failed := node_failure(lines):
         return failed
     text = "\n".join(lines)
-    ends = _SLURM_END.findall(text)
-    if ends:
-        _job, host, at, tail = ends[-1]
-        if "PREEMPTION" in tail:
-            return Cause("preempted", f"preempted by Slurm at {at}")
-        if "TIME LIMIT" in tail:
-            return Cause("timeout", f"time limit reached at {at}")
-        if "REQUEUE" in tail:
-            return Cause("preempted", f"requeued by Slurm (scontrol requeue) at {at}")
-        by = re.search(r"BY (\S+)", tail)
-        return Cause("cancelled", f"cancelled (scancel{' by ' + by.group(1) if by else ''}) at {at}")
-    if _OOM.search(text):
+    if ends := log_lines.job_ends(text):
+        end = ends[-1]
+        if end.why == "preemption":
+            return Cause("preempted", f"preempted by Slurm at {end.at}")
+        if end.why == "time_limit":
+            return Cause("timeout", f"time limit reached at {end.at}")
+        if end.why == "requeue":
+            return Cause("preempted", f"requeued by Slurm (scontrol requeue) at {end.at}")
+        return Cause("cancelled", f"cancelled (scancel{' by ' + end.by if end.by else ''}) at {end.at}")
+    if log_lines.oom_killed(text):
         return Cause("failed", "killed by the OOM killer (out of memory)")
-    if m := list(_TASK_SIGNAL.finditer(text)):
-        last = m[-1]
-        return Cause("failed", f"killed (signal {_SIGNALS[last.group(2)]}) on {last.group(1)}")
+    if signals := log_lines.task_signals(text):
+        node, signal = signals[-1]
+        return Cause("failed", f"killed (signal {signal}) on {node}")
     if m := list(_SHELL_SIGNAL.finditer(text)):
-        return Cause("failed", f"killed (signal {_SIGNALS[m[-1].group(1)]})")
-    if m := list(_TASK_EXIT.finditer(text)):
-        return Cause("failed", f"exited with {m[-1].group(2)} on {m[-1].group(1)}")
+        return Cause("failed", f"killed (signal {log_lines.SIGNALS[m[-1].group(1)]})")
+    if exits := log_lines.task_exits(text):
+        node, code = exits[-1]
+        return Cause("failed", f"exited with {code} on {node}")
     return None
 
 
@@ -130,13 +120,12 @@ def node_failure(lines: list[str]) -> Cause | None:
     SLURMCTLD LOG FOR DETAILS ***`` (printed on the nodes that survived: ``node1`` is not the one
     that failed) -> ``a node of the job failed``. None when neither is there (Slurm 22.05's wording)."""
     text = "\n".join(lines)
-    if m := _NODE_FAIL.search(text):
-        return Cause("failed", f"node {m.group(1)} failed", "node_failed")
-    for _job, host, _at, tail in _SLURM_END.findall(text):
-        if "NODE FAILURE" in tail:
-            return Cause(
-                "failed", f"a node of the job failed (Slurm cancelled it on {host} DUE TO NODE FAILURE)", "node_failed"
-            )
+    if nodes := log_lines.failed_nodes(text):
+        return Cause("failed", f"node {nodes[0]} failed", "node_failed")
+    for end in log_lines.job_ends(text):
+        if end.why == "node_failure":
+            text = f"a node of the job failed (Slurm cancelled it on {end.host} DUE TO NODE FAILURE)"
+            return Cause("failed", text, "node_failed")
     return None
 
 
@@ -244,12 +233,16 @@ def _where(ev: Evidence) -> str:
 
 
 def _outcome_word(outcome: dict) -> str:
-    state, ended_by = outcome.get("state"), outcome.get("ended_by")
-    if ended_by in ("timeout", "preempted", "cancelled") and state in ("failed", "requeued", "cancelled"):
-        return str(ended_by)
-    if state in ("requeued", "pending", "running"):
-        return "failed"  # nothing will start it again: Slurm does not hold the job
-    return {"sidecar_failed": "failed"}.get(str(state), str(state))
+    """The word of the driver's recorded outcome (:func:`grpokit.run_folder.states.ended_word`)."""
+    return ended_word(outcome.get("state"), outcome.get("ended_by"))
+
+
+def _state_cause(slurm_state: str | None) -> Cause | None:
+    """The cause Slurm's end state names by itself (:func:`grpokit.slurm.job_states.state_cause`)."""
+    meaning = state_cause(slurm_state)
+    if meaning is None or meaning.cause is None:
+        return None
+    return Cause(meaning.word, meaning.cause, "node_failed" if meaning.node_failed else "killed")
 
 
 def decide(ev: Evidence) -> Verdict | None:
@@ -270,11 +263,11 @@ def decide(ev: Evidence) -> Verdict | None:
             return None  # exit 0 without an outcome: the status reports say what is missing
         cause = (
             ev.stderr
-            or _STATE_CAUSE.get(ev.slurm_state or "")
+            or _state_cause(ev.slurm_state)
             or exit_code_cause(ev.slurm_exit_code)
             or Cause(slurm_word, f"Slurm: {ev.slurm_state}")
         )
-        word = cause.word if cause.word != "failed" else slurm_word  # Slurm's word: KIT_STATE, one table
+        word = cause.word if cause.word != "failed" else slurm_word  # Slurm's word: JOB_STATES, one table
         reason = f"{cause.text}{_where(ev)} (job {ev.job_id}, Slurm: {ev.slurm_state})"
         return Verdict(word, reason, cause.ended_by, ev.slurm_state, ev.last_beat_at)
     if ev.beat_age_s is None or ev.stale_after_s is None or ev.beat_age_s <= ev.stale_after_s:

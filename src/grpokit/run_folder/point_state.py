@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 
 from grpokit.run_folder.halving_record import HalvingRecordError, read_halving
 from grpokit.run_folder.liveness import Verdict, settle
-from grpokit.run_folder.states import FINAL_STATES
+from grpokit.run_folder.states import FINAL_STATES, STATUS_WORD, ended_word
 from grpokit.run_folder.status_record import parse_time
+from grpokit.slurm.job_states import LIVE_WORDS
 
 if TYPE_CHECKING:
     from grpokit.run_folder.status_record import PointStatus
@@ -27,28 +28,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# status.json "state" -> the status word shown when Slurm has no answer (or the job's own record wins).
-STATUS_WORD = {
-    "pending": "queued",
-    "requeued": "queued",
-    "running": "running",
-    "completed": "completed",
-    "cancelled": "cancelled",
-    "skipped_no_gpu": "skipped_no_gpu",
-    "pruned": "pruned",
-    "failed": "failed",
-    "timeout": "timeout",
-    "preempted": "preempted",
-    "sidecar_failed": "failed",
-}
 #: The states a point is submitted again from, by ``grpokit resubmit`` (its default ``--states``) and
 #: by ``resume=true`` (which also submits the points never submitted): the point stopped short of its
 #: target and running it again can finish it. ``skipped_no_gpu`` ran every stage but training, on a
 #: node without a GPU: submitted again (to a GPU node) it trains. Not taken again: completed, pruned
 #: (stopped on purpose), queued and running (Slurm's), unknown (not known to have failed).
 RESUBMITTABLE_STATES: tuple[str, ...] = ("failed", "timeout", "cancelled", "preempted", "skipped_no_gpu")
-# A failed attempt that ended this way is shown by how it ended.
-_ENDED_BY_WORD = ("timeout", "preempted", "cancelled")
 
 
 def status_is_this_jobs(point: Point) -> bool:
@@ -68,10 +53,7 @@ def _own_final_word(point: Point) -> str | None:
     state = point.status.state if point.status is not None else None
     if state not in FINAL_STATES or not attempts or attempts[-1].is_open or not status_is_this_jobs(point):
         return None
-    ended_by = attempts[-1].ended_by
-    if state == "failed" and ended_by in _ENDED_BY_WORD:
-        return ended_by
-    return STATUS_WORD.get(state, state)
+    return ended_word(state, attempts[-1].ended_by)
 
 
 def open_attempt_verdict(point: Point, slurm: SlurmJobState | None) -> Verdict | None:
@@ -121,7 +103,7 @@ def shown_state(ev: ShownEvidence) -> str:
     if word is not None:
         if word == "running" and ev.own_final is not None:
             return ev.own_final  # outcome written, the job is only cleaning up
-        if word in ("queued", "running"):
+        if word in LIVE_WORDS:
             return word
         if ev.own_final is not None:
             return ev.own_final
@@ -149,7 +131,7 @@ def evidence(point: Point, slurm: SlurmJobState | None) -> ShownEvidence:
     attempts = point.attempts
     own = _own_final_word(point)
     word = slurm.kit_state if slurm is not None else None
-    needs_verdict = own is None and word not in ("queued", "running")
+    needs_verdict = own is None and word not in LIVE_WORDS
     verdict = open_attempt_verdict(point, slurm if word != "unknown" else None) if needs_verdict else None
     return ShownEvidence(
         recorded=point.status.state if point.status is not None else None,

@@ -1,4 +1,6 @@
-"""The words ``status.json`` uses: a point's ``state`` and an attempt's ``ended_by`` (docs/run-folder.md).
+"""The words ``status.json`` uses: a point's ``state`` and an attempt's ``ended_by`` (docs/run-folder.md),
+and the one mapping of a recorded ``state`` to the word ``status`` shows (:data:`STATUS_WORD`,
+:func:`ended_word`; the shown state itself is decided by :mod:`grpokit.run_folder.point_state`).
 
 Both are ``StrEnum``: a member equals its string (``PointState.COMPLETED == "completed"``), so the
 JSON files hold plain words and a word read back compares with the enum directly.
@@ -54,3 +56,37 @@ class EndedBy(StrEnum):
     NODE_FAILED = "node_failed"  # a node of the job failed (Slurm's NODE FAILURE, srun's "Node failure on X")
     RUN_FOLDER_GONE = "run_folder_gone"  # the run folder was deleted or moved while it ran (never written there)
     KILLED = "killed"  # the attempt never closed: found open by the next start (SIGKILL, node failure)
+
+
+#: status.json ``state`` -> the status word shown when Slurm has no answer (or the job's own record wins).
+STATUS_WORD: dict[str, str] = {
+    "pending": "queued",
+    "requeued": "queued",
+    "running": "running",
+    "completed": "completed",
+    "cancelled": "cancelled",
+    "skipped_no_gpu": "skipped_no_gpu",
+    "pruned": "pruned",
+    "failed": "failed",
+    "timeout": "timeout",
+    "preempted": "preempted",
+    "sidecar_failed": "failed",
+}
+#: The ``ended_by`` words that name how a ``failed`` or ``requeued`` attempt ended (shown by them).
+ENDED_BY_WORDS: tuple[str, ...] = ("timeout", "preempted", "cancelled")
+
+
+def ended_word(state: str | None, ended_by: str | None) -> str:
+    """The word shown for an attempt that ended with ``state`` and ``ended_by`` and that nothing
+    will start again (the job's own final record, or the driver's recorded outcome once Slurm no
+    longer holds the job).
+
+    ``failed``/``requeued`` ended by ``timeout``/``preempted``/``cancelled`` -> that word; a
+    ``requeued``, ``pending`` or ``running`` left so -> ``failed`` (nothing restarts it); else
+    :data:`STATUS_WORD`'s word (``sidecar_failed`` -> ``failed``), the state itself when unlisted.
+    """
+    if state in ("failed", "requeued") and ended_by in ENDED_BY_WORDS:
+        return str(ended_by)
+    if state in ("requeued", "pending", "running"):
+        return "failed"
+    return STATUS_WORD.get(str(state), str(state))

@@ -4,6 +4,10 @@
 the keywords of submitit's batch-script renderer as they are (``job_name``, ``time``, ``mem``,
 ``signal_delay_s``, ``additional_parameters``, ...): the script submitit submits and the one
 :func:`grpokit.slurm.sbatch.render` shows are made from the same dict by the same function.
+:func:`dependent_parameters` is the same mapping for a small job that starts after others (the
+halving controller, the chained evaluation): the site keys (``partition``, ``account``, ``qos``,
+``setup``) and the ``mem`` spelling come from one place, :func:`site_parameters` and
+:func:`mem_parameter`.
 """
 
 from __future__ import annotations
@@ -98,19 +102,83 @@ def executor_parameters(cluster: Any, *, name: str, num_points: int) -> dict[str
         "stderr_to_stdout": True,
     }
     if cluster.mem_gb:
-        params["mem"] = f"{int(cluster.mem_gb)}GB"  # submitit's own spelling of mem_gb
-    for key in ("account", "qos", "constraint"):
-        if getattr(cluster, key):
-            params[key] = getattr(cluster, key)
+        params["mem"] = mem_parameter(cluster.mem_gb)
+    params.update(site_parameters(cluster, keys=("account", "qos", "constraint")))
     return params
+
+
+def mem_parameter(mem_gb: float) -> str:
+    """submitit's ``mem`` for ``mem_gb`` GiB: ``"<n>GB"`` (sbatch ``--mem=<n>GB``; Slurm's GB are 1024 MB)."""
+    return f"{int(mem_gb)}GB"
+
+
+def site_parameters(cluster: Any, *, keys: tuple[str, ...] = ("account", "qos")) -> dict[str, Any]:
+    """The set ones of ``keys`` of ``cluster`` (``account``, ``qos``, ``constraint``: sbatch's
+    ``--account``/``--qos``/``--constraint``); an unset one is left to Slurm's default."""
+    return {key: getattr(cluster, key) for key in keys if getattr(cluster, key, None)}
+
+
+def dependent_parameters(
+    cluster: Any,
+    *,
+    name: str,
+    dependency: str,
+    timeout_min: int,
+    cpus_per_task: int = 1,
+    gpus_per_node: int = 0,
+    mem_gb: float | None = 1,
+    partition: str | None = None,
+) -> dict[str, Any]:
+    """``submitit.SlurmExecutor.update_parameters`` keywords for one job (one node, one task) that
+    starts only after others.
+
+    Args:
+        cluster: the points' ``cluster`` section, read by attribute: ``partition`` (unless
+            ``partition`` is given), ``account``, ``qos`` and ``setup``.
+        name: the job name.
+        dependency: sbatch's ``--dependency`` value, e.g. ``afterok:120_3`` or ``afterany:120:121``;
+            with ``--kill-on-invalid-dep=yes`` Slurm cancels the job once the dependency can never
+            be satisfied (no job left pending with reason ``DependencyNeverSatisfied``).
+        timeout_min: ``--time`` in minutes. cpus_per_task, gpus_per_node: the request (0 GPUs: no
+            ``--gpus-per-node``). mem_gb: ``--mem`` in GiB (None: the partition's default).
+        partition: the job's partition (None: ``cluster.partition``).
+
+    Returns:
+        submitit's keywords: ``job_name``, ``partition``, ``time``, ``nodes``, ``ntasks_per_node``,
+        ``cpus_per_task``, ``setup``, ``additional_parameters``, and ``gpus_per_node``, ``mem``,
+        ``account``, ``qos`` when set.
+    """
+    params: dict[str, Any] = {
+        "job_name": name,
+        "partition": partition or cluster.partition,
+        "time": int(timeout_min),
+        "nodes": 1,
+        "ntasks_per_node": 1,
+        "cpus_per_task": int(cpus_per_task),
+        "setup": list(cluster.setup or []),
+        "additional_parameters": {"dependency": dependency, "kill-on-invalid-dep": "yes"},
+    }
+    if gpus_per_node:
+        params["gpus_per_node"] = int(gpus_per_node)
+    if mem_gb:
+        params["mem"] = mem_parameter(mem_gb)
+    params.update(site_parameters(cluster))
+    return params
+
+
+def new_executor(folder: Path | str, params: dict[str, Any], *, python: str | None = None):
+    """A ``submitit.SlurmExecutor`` writing its files under ``folder``, with ``params`` (the
+    keywords of :func:`executor_parameters` or :func:`dependent_parameters`); ``python``: the
+    job's interpreter (None: this process's, submitit's default)."""
+    import submitit
+
+    executor = submitit.SlurmExecutor(folder=str(folder), python=shlex.quote(python) if python else None)
+    executor.update_parameters(**params)
+    return executor
 
 
 def make_executor(folder: Path, cluster: Any, *, name: str, num_points: int):
     """A ``submitit.SlurmExecutor`` writing its files under ``folder``, with :func:`executor_parameters`."""
-    import submitit
-
     # cluster.python: the job's own interpreter (null: this command's, submitit's default)
     python = getattr(cluster, "python", None)
-    executor = submitit.SlurmExecutor(folder=str(folder), python=shlex.quote(python) if python else None)
-    executor.update_parameters(**executor_parameters(cluster, name=name, num_points=num_points))
-    return executor
+    return new_executor(folder, executor_parameters(cluster, name=name, num_points=num_points), python=python)

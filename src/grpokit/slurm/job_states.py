@@ -37,33 +37,69 @@ _NO_CONTROLLER = re.compile(
 )
 _SEP = "|"
 
-# Slurm job states (squeue(1) "JOB STATE CODES") grouped into the kit's status words.
-KIT_STATE = {
-    "PENDING": "queued",
-    "CONFIGURING": "queued",
-    "REQUEUED": "queued",
-    "REQUEUE_HOLD": "queued",
-    "REQUEUE_FED": "queued",
-    "RESV_DEL_HOLD": "queued",
-    "SPECIAL_EXIT": "queued",
-    "RUNNING": "running",
-    "COMPLETING": "running",
-    "RESIZING": "running",
-    "SIGNALING": "running",
-    "STAGE_OUT": "running",
-    "SUSPENDED": "running",
-    "STOPPED": "running",
-    "COMPLETED": "completed",
-    "FAILED": "failed",
-    "NODE_FAIL": "failed",
-    "OUT_OF_MEMORY": "failed",
-    "BOOT_FAIL": "failed",
-    "DEADLINE": "timeout",
-    "TIMEOUT": "timeout",
-    "PREEMPTED": "preempted",
-    "CANCELLED": "cancelled",
-    "REVOKED": "cancelled",
+
+@dataclass(frozen=True)
+class StateMeaning:
+    """What one Slurm job state means to the kit: ``word`` (queued | running | completed | failed |
+    timeout | preempted | cancelled), and for an end state that names its own cause (when the
+    job's output does not), ``cause`` (one line) and ``node_failed`` (the attempt is closed with
+    ``ended_by: node_failed``)."""
+
+    word: str
+    cause: str | None = None
+    node_failed: bool = False
+
+
+#: Every Slurm job state (squeue(1) "JOB STATE CODES", Slurm 22.05: 24 states) and its meaning: the
+#: kit's one table of Slurm's states (``status``, ``report``, ``resubmit``, ``wait`` and the
+#: open-attempt verdicts of :mod:`grpokit.run_folder.liveness` all read it). A state not listed
+#: is ``unknown``.
+JOB_STATES: dict[str, StateMeaning] = {
+    "PENDING": StateMeaning("queued"),
+    "CONFIGURING": StateMeaning("queued"),
+    "REQUEUED": StateMeaning("queued"),
+    "REQUEUE_HOLD": StateMeaning("queued"),
+    "REQUEUE_FED": StateMeaning("queued"),
+    "RESV_DEL_HOLD": StateMeaning("queued"),
+    "SPECIAL_EXIT": StateMeaning("queued"),
+    "RUNNING": StateMeaning("running"),
+    "COMPLETING": StateMeaning("running"),
+    "RESIZING": StateMeaning("running"),
+    "SIGNALING": StateMeaning("running"),
+    "STAGE_OUT": StateMeaning("running"),
+    "SUSPENDED": StateMeaning("running"),
+    "STOPPED": StateMeaning("running"),
+    "COMPLETED": StateMeaning("completed"),
+    "FAILED": StateMeaning("failed"),
+    "NODE_FAIL": StateMeaning("failed", "a node of the job failed (Slurm: NODE_FAIL)", node_failed=True),
+    "OUT_OF_MEMORY": StateMeaning("failed", "killed by the OOM killer (out of memory)"),
+    "BOOT_FAIL": StateMeaning("failed", "a node of the job failed to boot (Slurm: BOOT_FAIL)", node_failed=True),
+    "DEADLINE": StateMeaning("timeout"),
+    "TIMEOUT": StateMeaning("timeout"),
+    "PREEMPTED": StateMeaning("preempted"),
+    "CANCELLED": StateMeaning("cancelled"),
+    "REVOKED": StateMeaning("cancelled"),  # a federation sibling removed: the job ran elsewhere or not at all
 }
+#: Slurm's state -> the kit's word (:data:`JOB_STATES`' words, for readers that want only them).
+KIT_STATE: dict[str, str] = {state: meaning.word for state, meaning in JOB_STATES.items()}
+#: The kit's words for a job Slurm still holds (queued or running): Slurm's word stands for it.
+LIVE_WORDS: tuple[str, ...] = ("queued", "running")
+
+
+def kit_word(state: str | None) -> str:
+    """The kit's word for Slurm's ``state`` (:data:`JOB_STATES`); ``unknown`` for None or a state
+    Slurm's docs do not list. sacct's ``CANCELLED by 1000`` is read by its first word."""
+    if not state:
+        return "unknown"
+    meaning = JOB_STATES.get(state.split()[0])
+    return meaning.word if meaning is not None else "unknown"
+
+
+def state_cause(state: str | None) -> StateMeaning | None:
+    """:data:`JOB_STATES`' meaning of an end state that names its own cause (``NODE_FAIL``,
+    ``OUT_OF_MEMORY``, ``BOOT_FAIL``); None for any other state."""
+    meaning = JOB_STATES.get((state or "").split(" ")[0])
+    return meaning if meaning is not None and meaning.cause is not None else None
 
 
 @dataclass(frozen=True)
@@ -87,8 +123,13 @@ class SlurmJobState:
 
     @property
     def kit_state(self) -> str:
-        """queued | running | completed | failed | preempted | timeout | cancelled | unknown."""
-        return KIT_STATE.get(self.state, "unknown")
+        """queued | running | completed | failed | preempted | timeout | cancelled | unknown (:func:`kit_word`)."""
+        return kit_word(self.state)
+
+    @property
+    def is_live(self) -> bool:
+        """Whether Slurm still holds the job (queued or running, :data:`LIVE_WORDS`)."""
+        return self.kit_state in LIVE_WORDS
 
 
 def expand_array_ids(job_id: str) -> list[str]:

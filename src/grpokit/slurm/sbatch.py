@@ -10,7 +10,10 @@ lines of ``dry_run.md`` and the request ``sbatch --test-only`` judges are the sa
 
 from __future__ import annotations
 
+import os
 import shlex
+import shutil
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -81,3 +84,33 @@ def test_only_refusal(script: Path | str) -> str | None:
     except SlurmQueryError as exc:
         return str(exc).split("failed: ", 1)[-1]
     return None
+
+
+def available() -> bool:
+    """Whether ``sbatch`` is on this machine's ``PATH`` (a login node, a job of the cluster)."""
+    return shutil.which("sbatch") is not None
+
+
+#: The prefixes of the input environment variables sbatch reads as options (sbatch(1) "INPUT
+#: ENVIRONMENT VARIABLES": ``SBATCH_*``, and ``SLURM_*`` such as ``SLURM_MEM_PER_CPU``).
+INPUT_VARIABLE_PREFIXES = ("SLURM_", "SBATCH_")
+#: Kept: the path of slurm.conf, which every client needs to find the cluster (slurm.conf(5)).
+KEPT_VARIABLES = ("SLURM_CONF",)
+
+
+def job_input_variables(names) -> list[str]:
+    """Of the environment variable ``names``, those sbatch would read as options of a job submitted
+    from inside another job (the enclosing job's ``SLURM_*``/``SBATCH_*``; ``SLURM_CONF`` is kept)."""
+    return [n for n in names if n.startswith(INPUT_VARIABLE_PREFIXES) and n not in KEPT_VARIABLES]
+
+
+def drop_job_variables(environ: MutableMapping[str, str] | None = None) -> list[str]:
+    """Remove :func:`job_input_variables` from ``environ`` (default: this process's, which submitit's
+    sbatch inherits) before a job submits another: inside a job sbatch would read the enclosing
+    job's variables as options (e.g. ``SLURM_MEM_PER_CPU`` conflicts with ``--mem``). Returns the
+    names removed."""
+    env = os.environ if environ is None else environ
+    names = job_input_variables(list(env))
+    for name in names:
+        del env[name]
+    return names

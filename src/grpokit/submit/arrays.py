@@ -16,7 +16,6 @@ import dataclasses
 import io
 import json
 import logging
-import re
 import shutil
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from grpokit.config.point import PointSpec
 from grpokit.config.schema import ClusterConf
 from grpokit.run_folder.layout import CHAIN, MANIFEST, POINT, SUBMISSIONS, SUBMITIT_DIR
 from grpokit.run_folder.manifest import read_manifest, slurm_ids
-from grpokit.slurm import sbatch
+from grpokit.slurm import log_lines, sbatch
 from grpokit.slurm.cluster import array_chunks, max_array_size
 from grpokit.slurm.executor import make_executor
 from grpokit.slurm.scancel import scancel
@@ -32,8 +31,6 @@ from grpokit.submit import snapshot
 from grpokit.submit.point_job import RunPointTask
 
 log = logging.getLogger(__name__)
-
-_SBATCH_ERROR = re.compile(r"sbatch: error: (.*)")
 
 
 class SubmissionError(RuntimeError):
@@ -100,9 +97,9 @@ def _fix_for(said: str) -> str:
 def slurm_said(exc: BaseException, captured: str = "") -> str:
     """Slurm's own words from a failed sbatch (submitit's ``FailedJobError`` holds sbatch's stderr)."""
     text = "\n".join(s for s in (str(exc), captured) if s)
-    errors = _SBATCH_ERROR.findall(text)
+    errors = log_lines.sbatch_errors(text)
     if errors:
-        return errors[-1].strip()
+        return errors[-1]
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else type(exc).__name__
 

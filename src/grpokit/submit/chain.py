@@ -194,7 +194,7 @@ def follow(sweep_dir: Path, specs: list[PointSpec], job_ids: list[str]) -> dict[
                 timeout_min=settings.timeout_min,
                 cpus_per_task=settings.cpus_per_task,
                 gpus_per_node=settings.gpus_per_node,
-                mem=f"{settings.mem_gb}GB" if settings.mem_gb else None,
+                mem_gb=settings.mem_gb,
                 partition=settings.partition,
             )
         except Exception as exc:  # submitit's FailedJobError, OSError (no sbatch)

@@ -14,57 +14,25 @@ from typing import Any
 
 from grpokit.config.schema import ClusterConf
 from grpokit.run_folder.layout import SweepFolder
+from grpokit.slurm import executor
 from grpokit.submit import snapshot
 
 
-def dependent_executor(
-    sweep_dir: Path,
-    *,
-    cluster: ClusterConf,
-    name: str,
-    dependency: str,
-    timeout_min: int,
-    cpus_per_task: int = 1,
-    gpus_per_node: int = 0,
-    mem: str | None = "1GB",
-    partition: str | None = None,
-):
+def dependent_executor(sweep_dir: Path, *, cluster: ClusterConf, **request: Any):
     """A ``submitit.SlurmExecutor`` for one dependent job of the sweep (one node, one task).
 
     Args:
         sweep_dir: the sweep folder: submitit's files go to its ``submitit/``, and the job runs its
             frozen code (:mod:`grpokit.submit.snapshot`).
-        cluster: the points' ``cluster`` section: ``partition`` (unless ``partition`` is given),
-            ``account``, ``qos`` and ``setup`` are taken from it.
-        name: the Slurm job name.
-        dependency: Slurm's ``--dependency`` value, e.g. ``afterok:120_3`` or ``afterany:120:121``
-            (with ``--kill-on-invalid-dep=yes``).
-        timeout_min: the time limit in minutes; ``cpus_per_task``, ``gpus_per_node``, ``mem``
-            (submitit's ``"<n>GB"``; None: the partition's default): the request.
+        cluster: the points' ``cluster`` section.
+        request: :func:`grpokit.slurm.executor.dependent_parameters`' keywords (``name``,
+            ``dependency``, ``timeout_min``, ``cpus_per_task``, ``gpus_per_node``, ``mem_gb``,
+            ``partition``): the kit's one mapping of settings to submitit's Slurm parameters.
     """
-    import submitit
-
-    executor = submitit.SlurmExecutor(folder=str(SweepFolder(sweep_dir).submitit))
-    params: dict[str, Any] = {
-        "job_name": name,
-        "partition": partition or cluster.partition,
-        "time": int(timeout_min),
-        "nodes": 1,
-        "ntasks_per_node": 1,
-        "cpus_per_task": int(cpus_per_task),
-        "setup": list(cluster.setup or []),
-        "additional_parameters": {"dependency": dependency, "kill-on-invalid-dep": "yes"},
-    }
-    if gpus_per_node:
-        params["gpus_per_node"] = int(gpus_per_node)
-    if mem:
-        params["mem"] = mem
-    for key in ("account", "qos"):
-        if getattr(cluster, key):
-            params[key] = getattr(cluster, key)
-    executor.update_parameters(**params)
-    snapshot.use(executor, Path(sweep_dir))  # the job runs the sweep's frozen code, as its points do
-    return executor
+    params = executor.dependent_parameters(cluster, **request)
+    job = executor.new_executor(SweepFolder(sweep_dir).submitit, params)
+    snapshot.use(job, Path(sweep_dir))  # the job runs the sweep's frozen code, as its points do
+    return job
 
 
 def submit_dependent(sweep_dir: Path, fn: Callable, *args: Any, **request: Any) -> str:

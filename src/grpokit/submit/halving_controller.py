@@ -1,9 +1,8 @@
 """Successive halving's controller: the Slurm jobs that carry a halving sweep from rung to rung.
 
 The decisions are :mod:`grpokit.submit.halving` (plan, ranking, the stage's steps); this module
-observes the run folders, asks Slurm (through :func:`grpokit.slurm.cluster.run_slurm`, the kit's
-one runner of Slurm's clients), submits and records each step in ``<sweep>/halving.json``
-(:mod:`grpokit.run_folder.halving_record`).
+observes the run folders, asks Slurm (:func:`grpokit.slurm.named_jobs.queued_since`), submits and
+records each step in ``<sweep>/halving.json`` (:mod:`grpokit.run_folder.halving_record`).
 
 - With the sweep's array the kit submits a small controller job (:func:`start`;
   ``--dependency=afterany:<array ids>``, one CPU, no GPU; no daemon on the login node), and its one
@@ -18,11 +17,8 @@ one runner of Slurm's clients), submits and records each step in ``<sweep>/halvi
 
 from __future__ import annotations
 
-import contextlib
-import datetime as dt
 import json
 import logging
-import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -36,7 +32,7 @@ from grpokit.run_folder.halving_record import HalvingPlan, HalvingRecord, Halvin
 from grpokit.run_folder.layout import HALVING
 from grpokit.run_folder.manifest import read_manifest, replace_job_ids
 from grpokit.runtime.decisions import resubmission
-from grpokit.slurm.cluster import run_slurm
+from grpokit.slurm import named_jobs, sbatch
 from grpokit.submit import arrays
 from grpokit.submit import halving as rules
 from grpokit.submit.dependent import dependent_executor
@@ -75,40 +71,7 @@ def observe(plan: HalvingPlan, stage: HalvingStage, run_dirs: Mapping[str, Path]
     return seen
 
 
-def submitted_since(squeue_out: str, since: str) -> list[str]:
-    """Job ids of ``squeue -o '%i|%V'`` lines (``%V``: submission time, the cluster's local time)
-    submitted at or after ``since`` (an ISO time with its zone, e.g. the kit's UTC ``now()``)."""
-    after = dt.datetime.fromisoformat(since).astimezone().replace(tzinfo=None, microsecond=0)
-    ids = []
-    for line in squeue_out.split():
-        job, _, submitted = line.partition("|")
-        with contextlib.suppress(ValueError):
-            if dt.datetime.fromisoformat(submitted) >= after:
-                ids.append(job)
-    return ids
-
-
-def queued_since(job_name: str, since: str) -> list[str]:
-    """Ids of this user's jobs named ``job_name`` that Slurm submitted at or after ``since`` (ISO time),
-    as ``squeue`` still shows them (this cluster keeps no accounting; ``squeue`` shows finished
-    jobs for ``MinJobAge``).
-
-    Raises:
-        grpokit.slurm.cluster.SlurmQueryError: ``squeue`` failed or did not answer.
-    """
-    out = run_slurm(["squeue", "-h", "--me", "--name", job_name, "-t", "all", "-o", "%i|%V"])
-    return submitted_since(out, since)
-
-
 # -- submitting ---------------------------------------------------------------------------------------------
-def _slurm_clean_env() -> None:
-    """Drop the controller job's own Slurm variables before it calls sbatch: sbatch reads
-    ``SLURM_*``/``SBATCH_*`` input variables (e.g. ``SLURM_MEM_PER_CPU`` conflicts with ``--mem``)."""
-    for name in list(os.environ):
-        if name.startswith(("SLURM_", "SBATCH_")) and name != "SLURM_CONF":
-            del os.environ[name]
-
-
 def submit_controller(sweep_dir: Path, cluster: ClusterConf, after: list[str], stage: int) -> tuple[str, str]:
     """Submit the controller of ``stage`` (its points' arrays ``after``) and its one restart.
 
@@ -168,7 +131,7 @@ def _refuse_if_queued(job_name: str, since: str | None, where: str, what: str, f
     :class:`~grpokit.submit.halving.HalvingError` when Slurm holds jobs named ``job_name``
     submitted since (that controller may have submitted them); the message starts with ``where``
     and ends with ``fix``."""
-    if since and (queued := queued_since(job_name, since)):
+    if since and (queued := named_jobs.queued_since(job_name, since)):
         raise rules.HalvingError(
             f"{where}: an earlier controller started {what} at {since} and Slurm holds job(s) {', '.join(queued)} "
             f"named {job_name} since; not submitting twice. {fix}"
@@ -210,7 +173,7 @@ class _Sweep:
             specs.append(spec)
         record = rules.began_resubmit(record, stage, now())
         write_halving(self.dir, record)
-        _slurm_clean_env()
+        sbatch.drop_job_variables()  # the controller job's own SLURM_* would be read by sbatch
         ids = list(arrays.submit_arrays(self.dir / "submitit", specs, name=specs[0].sweep_name))
         record = rules.resubmitted(record, stage, step, ids)
         write_halving(self.dir, record)

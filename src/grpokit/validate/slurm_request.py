@@ -13,7 +13,6 @@ On a machine without Slurm's client tools nothing is checked (one line says so).
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -178,7 +177,7 @@ def check_request(
         note("no Slurm client tools here (scontrol not found): the Slurm request was not checked")
         return []
     problems = check_facts(cluster, facts)
-    if problems or not shutil.which("sbatch"):
+    if problems or not sbatch.available():
         return problems
     chunk = min(num_points, facts.max_array_size)
     parallelism = int(cluster.array_parallelism or chunk)

@@ -55,12 +55,12 @@ def _get(cfg: DictConfig, key: str, default=None, *, follow: bool = True):
     parent, _, leaf = key.rpartition(".")
     node = cfg
     for part in parent.split(".") if parent else ():
-        node = node._get_node(part) if isinstance(node, DictConfig) else None
+        node = node._get_node(part, validate_access=False) if isinstance(node, DictConfig) else None
         if node is None or node._is_interpolation() or node._is_none():
             return _slow_get(cfg, key, default)
     if not isinstance(node, DictConfig):
         return default
-    child = node._get_node(leaf)
+    child = node._get_node(leaf, validate_access=False)  # a key this config lacks (Megatron's has no FSDP ones)
     if child is None:
         return default
     if child._is_interpolation():

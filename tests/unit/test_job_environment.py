@@ -171,3 +171,30 @@ def test_the_jobs_verl_must_be_the_one_validated_against(bare_venv, cache):
     (problem,) = job_needs.check_verl(job_environment.ask(python))
     assert f"has verl 0.8.0; the points were validated against verl {here} here ({folder})" in problem.message
     assert problem.fix.endswith(f"or install verl=={here} there")
+
+
+def test_megatron_packages_the_training_environment_lacks_are_refused_naming_each(base, cache):
+    """ppo_megatron_trainer's actor (strategy megatron) needs megatron-core and the model bridge verl builds
+    it with: Megatron-Bridge by default, mbridge with vanilla_mbridge=true (verl's MegatronEngine)."""
+    packages = {"vllm": "0.24.0", "verl": "0.9.1", "tensorboard": "2.21.0"}
+    from grpokit.config.verl_schema import MEGATRON_CONFIG_NAME, VerlConfigRef, compose_verl
+
+    spec = point(base)
+    cfg = compose_verl(["trainer.logger=[console]"], VerlConfigRef(MEGATRON_CONFIG_NAME))  # verl's own composition
+    actor = cfg.actor_rollout_ref.actor
+    assert actor.strategy == "megatron" and not actor.megatron.vanilla_mbridge
+    (problem,) = job_needs.check(spec, cfg, JobEnvironment("/gpu/python", "3.12.3", packages), {})
+    assert (problem.key, problem.message) == (
+        "verl.actor_rollout_ref.actor.strategy",
+        "strategy megatron needs megatron-core, which the job's Python (/gpu/python) does not have",
+    )
+    assert problem.fix.startswith("pip install 'grpokit[megatron]' (or megatron-core) in the job's environment")
+    packages["megatron-core"] = "0.16.0"
+    (problem,) = job_needs.check(spec, cfg, JobEnvironment("/gpu/python", "3.12.3", packages), {})
+    assert problem.key == "verl.actor_rollout_ref.actor.megatron.vanilla_mbridge"
+    assert problem.message.startswith("strategy megatron needs megatron-bridge, which")
+    cfg.actor_rollout_ref.actor.megatron.vanilla_mbridge = True
+    (problem,) = job_needs.check(spec, cfg, JobEnvironment("/gpu/python", "3.12.3", packages), {})
+    assert problem.message.startswith("strategy megatron needs mbridge, which")
+    packages["mbridge"] = "0.15.1"
+    assert job_needs.check(spec, cfg, JobEnvironment("/gpu/python", "3.12.3", packages), {}) == []

@@ -48,9 +48,10 @@ def child_node(container: Container, key: str | int) -> Node | None:
     """The node at ``key`` directly below ``container``, unresolved (an interpolation stays one), or None
     when there is no such key. A ``???`` value gives its node (no error).
 
-    Wraps ``Container._get_node(key)`` (omegaconf 2.3.1; ``throw_on_missing_key`` defaults to False).
+    Wraps ``Container._get_node(key, validate_access=False)`` (omegaconf 2.3.1; ``throw_on_missing_key``
+    defaults to False; without ``validate_access=False`` a struct config raises for a key it lacks).
     """
-    return container._get_node(key)  # type: ignore[return-value]
+    return container._get_node(key, validate_access=False)  # type: ignore[return-value]
 
 
 def raw_value(node: Node) -> Any:

@@ -17,7 +17,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from grpokit.config.hydra_internals import raw_value
-from grpokit.config.verl_schema import verl_base
+from grpokit.config.verl_schema import VerlConfigRef, active, base_of
 
 _PLAIN = re.compile(r"^[A-Za-z_/][\w./:@-]*$")
 _KEYWORDS = {"true", "false", "null", "none", "inf", "nan"}
@@ -72,10 +72,18 @@ def _walk(node: Any, prefix: str, out: dict[str, Any]) -> None:
             out[f"{prefix}{key}"] = raw_value(child)
 
 
-@functools.lru_cache(maxsize=1)
 def flat_base() -> Mapping[str, Any]:
-    """verl's defaults as ``{dotted.key: unresolved value}`` (read-only; computed once per process)."""
-    return MappingProxyType(raw_leaves(verl_base()))
+    """verl's defaults of the active config (:func:`grpokit.config.verl_schema.use`) as
+    ``{dotted.key: unresolved value}`` (read-only; computed once per config and process)."""
+    return _flat_of(active())
+
+
+@functools.lru_cache(maxsize=4)
+def _flat_of(ref: VerlConfigRef) -> Mapping[str, Any]:
+    return MappingProxyType(raw_leaves(base_of(ref)))
+
+
+flat_base.cache_clear = _flat_of.cache_clear  # type: ignore[attr-defined]
 
 
 def _plain(raw: Any) -> bool:

@@ -20,6 +20,8 @@ from grpokit.config.explicit import raise_unresolvable, refuse_replaced, typed_v
 from grpokit.config.overrides import format_value, verl_overrides
 from grpokit.config.rehearsal_plan import rehearsal_sidecars, rehearsal_trainer_env
 from grpokit.config.schema import ClusterConf, RuntimeConf, SidecarConf, section_notices, sidecar_settings
+from grpokit.config.verl_entry import Entry
+from grpokit.config.verl_schema import use
 from grpokit.problems import Problem, SweepValidationError
 from grpokit.rehearsal import TRAINER_CMD as REHEARSAL_TRAINER_CMD
 
@@ -45,6 +47,8 @@ class PointSpec:
         sidecars: ``{name: settings}`` (:class:`~grpokit.config.schema.SidecarConf` each).
         notices: what the kit changed in the user's settings on its own, one line each (e.g. the
             file logger added to ``trainer.logger``); the sweep prints each once.
+        verl_entry: the trainer's entry and the verl config it composes
+            (:class:`grpokit.config.verl_entry.Entry` as a mapping; {}: verl's ``main_ppo`` with ``ppo_trainer``).
     """
 
     sweep_name: str
@@ -62,6 +66,7 @@ class PointSpec:
     sidecars: dict[str, SidecarConf]
     hardware: dict[str, Any] = dataclasses.field(default_factory=dict)
     notices: list[str] = dataclasses.field(default_factory=list)
+    verl_entry: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # a mapping (point.json, a test) becomes the typed section; earlier names are moved
@@ -234,6 +239,16 @@ def _chain_steps(after: Any) -> tuple[str, ...]:
         return ()
 
 
+def _entry_runtime(runtime: RuntimeConf, entry: Entry, rehearse: bool) -> RuntimeConf:
+    """``runtime`` running ``entry``: ``python -m <module> [--config-path <dir>] --config-name <name>``
+    unless the command typed its own ``runtime.trainer_cmd`` (the job puts the recipe checkout first on
+    the trainer's ``PYTHONPATH``: :func:`grpokit.runtime.processes.trainer.entry_environment`)."""
+    cmd = list(runtime.trainer_cmd)
+    if not rehearse and cmd == list(RuntimeConf().trainer_cmd):
+        cmd = ["python", *entry.trainer_args()]
+    return dataclasses.replace(runtime, trainer_cmd=cmd)
+
+
 def build_point(
     cfg: DictConfig,
     *,
@@ -267,14 +282,19 @@ def build_point(
         "trainer.n_gpus_per_node": trainer_gpus_per_node(cfg),
     }
     refuse_replaced(cfg, name, typed, derived)
+    entry = Entry.of(_section(cfg, "verl_entry"))
+    use(entry.ref)  # verl's overrides are the point's difference from this config's defaults
     sections, deprecations = _typed_sections(cfg, name, kit_overrides)
+    if not entry.is_default():
+        sections["runtime"] = _entry_runtime(sections["runtime"], entry, bool(cfg.get("rehearse")))
     hardware = _section(cfg, "hardware")
     sections["cluster"], gpu_notice = hardware_request(sections["cluster"], hardware)
     if cfg.get("rehearse"):  # grpokit.rehearsal: the stand-in trainer and answer server, on any node
         runtime = sections["runtime"]
         env = {**rehearsal_trainer_env(_chain_steps(cfg.get("after"))), **runtime.env}  # runtime.env.* typed wins
+        config_args = entry.trainer_args()[2:]  # the recipe's / Megatron's config, composed by the stand-in too
         sections["runtime"] = dataclasses.replace(
-            runtime, trainer_cmd=list(REHEARSAL_TRAINER_CMD), needs_gpu=False, rehearsal=True, env=env
+            runtime, trainer_cmd=[*REHEARSAL_TRAINER_CMD, *config_args], needs_gpu=False, rehearsal=True, env=env
         )
         sections["sidecars"] = rehearsal_sidecars(sections["sidecars"])
     for key in ("trainer.project_name", "trainer.experiment_name"):
@@ -306,6 +326,7 @@ def build_point(
         model=_section(cfg, "model"),
         **sections,
         hardware=hardware,
+        verl_entry={} if entry.is_default() else dataclasses.asdict(entry),
         notices=[
             *deprecations,
             *preset_notices,

@@ -681,6 +681,13 @@ class RootConf:
     # start from (grpokit.config.verl_script): read without running it; no experiment preset or hardware
     # profile applies unless the command names one; the command's own keys win over the script's.
     verl_script: str | None = None
+    # A recipe checkout (verl-recipe) where a script's own entry module is found (recipe.dapo.main_dapo ->
+    # <recipe_root>/recipe/dapo/main_dapo.py); null: the script's folder and those above it, then here.
+    recipe_root: str | None = None
+    # The trainer the points run and the verl config they compose (grpokit.config.verl_entry.Entry:
+    # module, config_name, config_dir, pythonpath; {}: verl's main_ppo with ppo_trainer): set from a
+    # verl_script's command (Megatron's ppo_megatron_trainer, a recipe's entry and config folder), not by hand.
+    verl_entry: dict[str, Any] = dataclasses.field(default_factory=dict)
     # Chained evaluation (grpokit.submit.chain), e.g. after=[merge,eval]: per point a job that starts once
     # the point's own job ended well (sbatch --dependency=afterok:<its task>), merges its final checkpoint
     # into <run>/hf (grpokit merge) and compares base and trained model on its test file (grpokit

@@ -11,7 +11,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from grpokit.config import resolvers, schema
-from grpokit.config.verl_schema import verl_base
+from grpokit.config.verl_schema import active, verl_base
 
 GROUP = "verl_base"
 
@@ -21,7 +21,9 @@ _stored: list[object] = []
 
 
 def register() -> None:
-    """Store verl's defaults as ``verl_base/ppo_trainer``, the kit's typed sections
+    """Store verl's defaults as ``verl_base/ppo_trainer`` (and the active config, a Megatron script's
+    ``ppo_megatron_trainer`` or a recipe's, as ``verl_base/<its option>``, which a script's
+    ``verl_base@verl=<option>`` chooses), the kit's typed sections
     (:func:`grpokit.config.schema.register`) and register the kit's resolvers.
 
     Once per process for the same verl defaults (:func:`grpokit.config.verl_schema.verl_base`'s
@@ -30,7 +32,8 @@ def register() -> None:
     resolvers.register()
     schema.register()
     base = verl_base()
-    if _stored and _stored[0] is base and ConfigStore.instance().repo.get(GROUP, {}).get("ppo_trainer.yaml"):
+    name = active().option
+    if _stored and _stored[0] is base and ConfigStore.instance().repo.get(GROUP, {}).get(f"{name}.yaml"):
         return
-    ConfigStore.instance().store(group=GROUP, name="ppo_trainer", node=OmegaConf.to_container(base, resolve=False))
+    ConfigStore.instance().store(group=GROUP, name=name, node=OmegaConf.to_container(base, resolve=False))
     _stored[:] = [base]

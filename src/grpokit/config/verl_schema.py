@@ -6,6 +6,7 @@ installed wheel with Hydra's compose API, so a verl upgrade changes the schema i
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import importlib.metadata
@@ -26,6 +27,47 @@ from omegaconf import DictConfig
 
 #: verl's trainer config name (``python -m verl.trainer.main_ppo`` uses the same).
 VERL_CONFIG_NAME = "ppo_trainer"
+#: verl's Megatron config (``--config-name=ppo_megatron_trainer``: ``ppo_trainer`` with ``model_engine: megatron``).
+MEGATRON_CONFIG_NAME = "ppo_megatron_trainer"
+
+
+@dataclasses.dataclass(frozen=True)
+class VerlConfigRef:
+    """Which verl config a point composes: ``--config-name`` in ``--config-path`` (None: verl's own
+    ``trainer/config`` folder). A recipe's folder (``recipe/dapo/config``) composes with verl's
+    folder on Hydra's search path, as its ``defaults: [ppo_trainer]`` expects."""
+
+    name: str = VERL_CONFIG_NAME
+    config_dir: str | None = None
+
+    @property
+    def option(self) -> str:
+        """Its option name in the kit's ``verl_base`` config group (``verl_base@verl=<option>``): the
+        config name in verl's folder, ``recipe_<name>`` in a recipe's (which may reuse verl's names)."""
+        return f"recipe_{self.name}" if self.config_dir else self.name
+
+    def folder(self) -> Path:
+        return Path(self.config_dir) if self.config_dir else verl_config_dir()
+
+    def hydra_overrides(self) -> list[str]:
+        """The search-path override a recipe's folder needs (its own ``file://verl/trainer/config``
+        is relative to a verl checkout); [] for verl's own folder."""
+        return [f"hydra.searchpath=[file://{verl_config_dir()}]"] if self.config_dir else []
+
+
+#: The config this process composes (:func:`use`); verl's ``ppo_trainer`` unless a point or script says otherwise.
+_active: list[VerlConfigRef] = [VerlConfigRef()]
+
+
+def use(ref: VerlConfigRef | None) -> None:
+    """Make ``ref`` (None: verl's ``ppo_trainer``) the config :func:`verl_base`, :func:`apply_overrides`
+    and :func:`compose_verl` compose in this process (a sweep composes one config for all its points)."""
+    _active[0] = ref or VerlConfigRef()
+
+
+def active() -> VerlConfigRef:
+    """The config this process composes (see :func:`use`)."""
+    return _active[0]
 
 
 def verl_config_dir() -> Path:
@@ -55,8 +97,9 @@ def lean_imports() -> None:
         datasets_log.setLevel(logging.WARNING)
 
 
-def compose_verl(overrides: list[str]) -> DictConfig:
-    """Compose verl's ``ppo_trainer`` config with ``overrides`` (Hydra override grammar).
+def compose_verl(overrides: list[str], ref: VerlConfigRef | None = None) -> DictConfig:
+    """Compose verl's config ``ref`` (default :func:`active`: ``ppo_trainer``) with ``overrides``
+    (Hydra override grammar); the ``hydra`` node a recipe's config declares is left out.
 
     Works on a machine without a GPU. Runs outside any running Hydra app: a global Hydra
     instance (the sweep's) is saved and restored around the call.
@@ -65,20 +108,27 @@ def compose_verl(overrides: list[str]) -> DictConfig:
         hydra.errors.ConfigCompositionException: an override names a key verl does not have
             (verl's message: "Could not override ... To append use +key") or has a bad value.
     """
+    ref = ref or active()
     saved = GlobalHydra.instance().hydra if GlobalHydra.instance().is_initialized() else None
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
-            return compose(VERL_CONFIG_NAME, overrides=list(overrides))
+        with initialize_config_dir(config_dir=str(ref.folder()), version_base=None):
+            return compose(ref.name, overrides=[*ref.hydra_overrides(), *overrides])
     finally:
         GlobalHydra.instance().clear()
         if saved is not None:
             GlobalHydra.instance().initialize(saved)
 
 
-@functools.lru_cache(maxsize=1)
 def verl_base() -> DictConfig:
-    """verl's defaults, unresolved (interpolations kept as written in verl's YAML).
+    """verl's defaults of the :func:`active` config, unresolved (interpolations kept as written in
+    verl's YAML); see :func:`base_of`."""
+    return base_of(active())
+
+
+@functools.lru_cache(maxsize=4)
+def base_of(ref: VerlConfigRef) -> DictConfig:
+    """verl's defaults of config ``ref``, unresolved (interpolations kept as written in verl's YAML).
 
     Composed once per installed verl and kept in :func:`cache_dir` (a pickle of the composed
     config, about a second of Hydra composition saved per command). The file's name is the
@@ -87,17 +137,19 @@ def verl_base() -> DictConfig:
     else in the folder (an edited YAML, an upgrade) gives another key, hence a new composition.
     A cache that cannot be read or written is recomposed / skipped, never an error.
     """
-    config_dir = verl_config_dir()
-    path = cache_dir() / f"verl_defaults-{defaults_key(config_dir)}.pickle"
+    path = cache_dir() / f"verl_defaults-{ref_key(ref)}.pickle"
     try:
         cfg = pickle.loads(path.read_bytes())
         if isinstance(cfg, DictConfig):
             return cfg
     except Exception:  # noqa: BLE001 - missing, truncated or from an incompatible library: recompose
         pass
-    cfg = compose_verl([])
+    cfg = compose_verl([], ref)
     _write_atomic(path, pickle.dumps(cfg, protocol=pickle.HIGHEST_PROTOCOL))
     return cfg
+
+
+verl_base.cache_clear = base_of.cache_clear  # type: ignore[attr-defined]  (tests recompose)
 
 
 def cache_dir() -> Path:
@@ -107,15 +159,31 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "grpokit"
 
 
+def ref_key(ref: VerlConfigRef) -> str:
+    """:func:`defaults_key` of verl's folder, and for another config than ``ppo_trainer`` its name,
+    folder and (a recipe's) files too: a hex digest of what ``ref``'s composed defaults depend on."""
+    key = defaults_key(verl_config_dir())
+    if ref == VerlConfigRef():
+        return key
+    digest = hashlib.sha256(f"{key}\0{ref.name}\0{ref.config_dir}".encode())
+    if ref.config_dir:
+        _digest_files(digest, ref.folder())
+    return digest.hexdigest()[:32]
+
+
 def defaults_key(config_dir: Path) -> str:
     """A hex digest of everything verl's composed defaults depend on (see :func:`verl_base`)."""
     digest = hashlib.sha256()
     versions = [_version(name) for name in ("verl", "hydra-core", "omegaconf")]
     digest.update(repr((versions, sys.version_info[:2], VERL_CONFIG_NAME)).encode())
+    _digest_files(digest, config_dir)
+    return digest.hexdigest()[:32]
+
+
+def _digest_files(digest, config_dir: Path) -> None:
     for file in sorted(p for p in config_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
         digest.update(str(file.relative_to(config_dir)).encode() + b"\0")
         digest.update(file.read_bytes() + b"\0")
-    return digest.hexdigest()[:32]
 
 
 def _version(distribution: str) -> str:
@@ -173,13 +241,13 @@ def apply_overrides(overrides: list[str]) -> DictConfig:
     """
     from grpokit.config import override_step
 
-    cfg = _verl_template().copy()
+    cfg = _verl_template(active()).copy()
     override_step.apply(cfg, overrides)
     return cfg
 
 
-@functools.lru_cache(maxsize=1)
-def _verl_template():
+@functools.lru_cache(maxsize=4)
+def _verl_template(ref: VerlConfigRef):
     from grpokit.config.override_step import Template
 
-    return Template(verl_base())
+    return Template(base_of(ref))

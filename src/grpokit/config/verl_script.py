@@ -27,15 +27,17 @@ import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
+from grpokit.config.verl_entry import MAIN_PPO, ScriptError, check_config, locate
+
 #: The modules a verl command runs (``python -m <module>``): verl's trainers and a recipe's entry.
 _PYTHON = re.compile(r"(^|/)python[0-9.]*$")
 _SUBSTITUTION = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=[\"']?(?:\$\(|`)")
 _ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
-_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-=])([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*)|([@*]))")
-
-
-class ScriptError(ValueError):
-    """The script cannot be read as a verl launch: one line naming file, line and cause, and the fix."""
+#: ``$VAR``, ``${VAR}``, ``${VAR:-default}`` (a default may hold one level of ``${...}``: verl-recipe's
+#: ``${CKPTS_DIR:-"${RAY_DATA_HOME}/ckpts"}``), ``$@`` / ``$*``.
+_VAR = re.compile(
+    r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-=])((?:[^}$]|\$\{[^}]*\}|\$(?!\{))*))?\}|([A-Za-z_][A-Za-z0-9_]*)|([@*]))"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,10 +235,7 @@ def _restore(word: str) -> str:
     return word.replace(_SQ, "$")
 
 
-#: The config names the kit composes (verl's ``ppo_trainer``; its ``.yaml`` may be written).
-COMPOSED_CONFIGS = (None, "ppo_trainer")
-#: The entry module the kit runs as the trainer.
-MAIN_PPO = "verl.trainer.main_ppo"
+__all__ = ["MAIN_PPO", "ScriptError", "VerlInvocation", "expand_argv", "read_script"]
 
 
 def _key(override: str) -> str:
@@ -257,33 +256,32 @@ def expand_argv(argv: list[str], environ: Mapping[str, str]) -> tuple[list[str],
     own keys and axes come after them; a key the command sets itself is left out of the script's),
     ``experiment=verl_script`` and ``hardware=none`` unless the command names an experiment or a
     hardware profile, and the script's ``trainer.nnodes`` / ``trainer.n_gpus_per_node`` as the job's
-    shape (``cluster.nodes`` / ``cluster.gpus_per_node``) unless the command sets it; ``lines``:
-    what was taken from where, for the terminal. ``argv`` unchanged when it names no script.
+    shape (``cluster.nodes`` / ``cluster.gpus_per_node``) unless the command sets it; with a config
+    other than verl's ``ppo_trainer`` (Megatron's ``ppo_megatron_trainer``, a recipe's entry and
+    folder: :func:`grpokit.config.verl_entry.locate`, ``recipe_root=<checkout>`` on the command) the
+    ``verl_entry.*`` and ``verl_base@verl`` overrides that select it, and it becomes this process's
+    composed config (:func:`grpokit.config.verl_schema.use`); ``lines``: what was taken from where,
+    for the terminal. ``argv`` unchanged when it names no script.
 
     Raises:
-        ScriptError: the script cannot be read (:func:`read_script`), its entry is not verl's
-            ``main_ppo`` or its config is not ``ppo_trainer`` (what the kit composes), one line each.
+        ScriptError: the script cannot be read (:func:`read_script`), or its entry or config cannot
+            be found or is not one the kit composes (:func:`~grpokit.config.verl_entry.locate`), one line each.
     """
+    from grpokit.config.verl_schema import use
+
     given = [a for a in argv if a.split("=", 1)[0].lstrip("+") == "verl_script"]
     if not given:
         return argv, []
     path = Path(given[-1].split("=", 1)[1]).expanduser()
     inv = read_script(path, environ)
-    if inv.module != MAIN_PPO:
-        raise ScriptError(
-            f"verl_script={path}: its entry is {inv.module} ({inv.source}); the kit runs verl's "
-            f"{MAIN_PPO} only (a recipe's own trainer is not supported): use a main_ppo script"
-        )
-    name = (inv.config_name or "").removesuffix(".yaml") or None
-    if name not in COMPOSED_CONFIGS:
-        raise ScriptError(
-            f"verl_script={path}: --config-name={inv.config_name} ({inv.source}); the kit composes verl's "
-            "ppo_trainer config only (Megatron's ppo_megatron_trainer is not supported yet): use an FSDP script"
-        )
+    roots = [a.split("=", 1)[1] for a in argv if a.split("=", 1)[0].lstrip("+") == "recipe_root"]
+    entry = locate(inv, path, roots[-1] if roots else None)
+    check_config(entry, path)
+    use(entry.ref)
     typed = {_key(a) for a in argv if "=" in a or a.startswith("~")}
     kept = [o for o in inv.overrides if f"verl.{_key(o)}" not in typed]
     won = [_key(o) for o in inv.overrides if f"verl.{_key(o)}" in typed]
-    extra = []
+    extra = entry.kit_overrides()
     if not any(a.startswith("experiment=") for a in argv):
         extra.append("experiment=verl_script")
     if not any(a.startswith("hardware=") for a in argv):
@@ -295,8 +293,11 @@ def expand_argv(argv: list[str], environ: Mapping[str, str]) -> tuple[list[str],
     ):
         if verl_key in values and kit_key not in typed and f"verl.{verl_key}" not in typed:
             extra.append(f"{kit_key}={values[verl_key]}")
+    config = f" in {entry.config_dir}" if entry.config_dir else ""
+    config = "" if entry.is_default() else f" ({entry.config_name}{config})"
     lines = [
-        f"verl_script={path}: {len(kept)} setting(s) of {inv.module} from {inv.source}"
+        f"verl_script={path}: {len(kept)} setting(s) of {inv.module}{config}"
+        + f" from {inv.source}"
         + (f"; the command's own win for {', '.join(won)}" if won else "")
         + (f"; {' '.join(extra)} (no preset, the script's job shape)" if extra else "")
     ]

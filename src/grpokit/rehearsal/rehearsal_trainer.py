@@ -8,7 +8,10 @@ verl's trainer (``tests/doubles/fake_verl_trainer.py`` re-exports it). Its metri
 (marked ``rehearsal`` wherever they show). It follows the contracts of verl 0.9.1 that the kit
 depends on:
 
-- arguments: verl's Hydra overrides (``key=value`` / ``+key=value``);
+- arguments: verl's Hydra overrides (``key=value`` / ``+key=value``), after ``--config-path <dir>``
+  and ``--config-name <name>`` when the point runs another config than verl's ``ppo_trainer`` (a
+  recipe's, Megatron's): that config is composed with Hydra as the recipe's entry would (verl's config
+  folder on the search path) and its values stand where the overrides name none (:func:`config_defaults`);
 - checkpoints under ``trainer.default_local_dir``: ``global_step_N/actor/{model,optim,extra_state}
   _world_size_W_rank_R.pt``, ``actor/fsdp_config.json``, ``actor/huggingface/config.json``, then
   ``global_step_N/data.pt``, then ``latest_checkpointed_iteration.txt`` written last with a plain
@@ -94,6 +97,64 @@ def parse(argv: list[str]) -> dict[str, str]:
     for arg in argv:
         key, _, value = arg.lstrip("+").partition("=")
         out[key] = unquote(value)
+    return out
+
+
+def split_config_args(argv: list[str]) -> tuple[str | None, str | None, list[str]]:
+    """``(--config-path, --config-name, the overrides)`` of the trainer's arguments (Hydra's flags,
+    ``--flag value`` or ``--flag=value``)."""
+    found: dict[str, str] = {}
+    rest: list[str] = []
+    args = iter(argv)
+    for arg in args:
+        flag, eq, value = arg.partition("=")
+        if flag in ("--config-path", "--config-name"):
+            found[flag] = value if eq else next(args, "")
+        else:
+            rest.append(arg)
+    return found.get("--config-path"), found.get("--config-name"), rest
+
+
+def _override_text(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ",".join(_override_text(v) for v in value) + "]"
+    return str(value)
+
+
+def config_defaults(config_path: str | None, config_name: str | None) -> dict[str, str]:
+    """``{dotted.key: value as an override would write it}`` of every leaf of the config ``config_name``
+    in ``config_path`` (absolute; None: verl's own folder), composed with Hydra, verl's folder on the
+    search path, interpolations resolved where they resolve; {} without a config name."""
+    if not config_name:
+        return {}
+    import importlib.util
+
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    spec = importlib.util.find_spec("verl")
+    verl_dir = Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config"
+    with initialize_config_dir(config_dir=str(config_path or verl_dir), version_base=None):
+        cfg = compose(config_name.removesuffix(".yaml"), overrides=[f"hydra.searchpath=[file://{verl_dir}]"])
+    out: dict[str, str] = {}
+
+    def walk(node, prefix: str) -> None:
+        for key in node:
+            try:
+                value = node[key]
+            except Exception:  # noqa: BLE001 - an interpolation that needs verl's resolvers: left out
+                continue
+            if OmegaConf.is_dict(value):
+                walk(value, f"{prefix}{key}.")
+            else:
+                plain = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+                out[f"{prefix}{key}"] = _override_text(plain)
+
+    walk(cfg, "")
     return out
 
 
@@ -408,7 +469,8 @@ def hang_forever(step: int) -> None:
 
 
 def main() -> int:
-    cfg = parse(sys.argv[1:])
+    config_path, config_name, overrides = split_config_args(sys.argv[1:])
+    cfg = {**config_defaults(config_path, config_name), **parse(overrides)}
     step_s = float(os.environ.get("FAKE_TRAINER_STEP_S", "0.5"))
     crash = int(os.environ["FAKE_TRAINER_CRASH_IN_SAVE"]) if os.environ.get("FAKE_TRAINER_CRASH_IN_SAVE") else None
     fail_at = int(os.environ["FAKE_TRAINER_FAIL_AT"]) if os.environ.get("FAKE_TRAINER_FAIL_AT") else None

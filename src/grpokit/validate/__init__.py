@@ -24,6 +24,7 @@ from grpokit.validate import (
     legacy_keys,
     model_checks,
     preset_algorithm,
+    recipe_entry,
     run_checks,
     slurm_request,
     verl_check,
@@ -34,6 +35,7 @@ __all__ = ["Problem", "SweepValidationError", "check_each", "check_stream", "val
 
 def validate_point(spec: PointSpec) -> tuple[DictConfig | None, list[Problem]]:
     """All checks for one point; returns verl's composed config (None if it did not compose)."""
+    use_entry(spec)
     cfg, problems = verl_check.compose_point(spec)
     problems += verl_check.check_added_keys(spec)
     if cfg is None:
@@ -41,9 +43,18 @@ def validate_point(spec: PointSpec) -> tuple[DictConfig | None, list[Problem]]:
     return cfg, problems + _composed_checks(spec, cfg)
 
 
+def use_entry(spec: PointSpec) -> None:
+    """Compose the point's own verl config in this process (``spec.verl_entry``: Megatron's, a recipe's)."""
+    from grpokit.config.verl_entry import Entry
+    from grpokit.config.verl_schema import use
+
+    use(Entry.of(spec.verl_entry).ref)
+
+
 def _composed_checks(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
     """The checks that read verl's composed config of the point (they do not change it)."""
     problems = legacy_keys.check(spec)
+    problems += recipe_entry.check(spec, cfg)
     problems += verl_check.run_validate_config(spec, cfg)
     problems += kit_checks.check_files(spec, cfg)
     problems += kit_checks.check_lengths(spec, cfg)
@@ -107,6 +118,7 @@ def check_stream(specs: Iterable[PointSpec]) -> Iterator[list[Problem]]:
     workspace: Workspace | None = None
     with cached_interpolation_parsing():  # every point resolves the same ${...} texts of verl's config
         for spec in specs:
+            use_entry(spec)  # a sweep composes one config (one script); the workspace is that config's
             delta = workspace.delta(spec.verl_overrides) if workspace is not None else None
             if delta is None:
                 cfg, found = validate_point(spec)

@@ -1,4 +1,5 @@
-"""The job's GPU plan: which GPUs the trainer and each sidecar use, with their memory fractions.
+"""The job's GPU plan: which GPUs the trainer and each sidecar use, with their memory fractions, and
+Megatron's parallel sizes against the trainer's GPUs (:func:`megatron_sizes`).
 
 A sidecar with ``placement: dedicated`` gets GPUs of its own (the last ones of the node) and the
 trainer's Ray is not told about them; one with ``placement: shared`` sits on the trainer's first
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from grpokit.config.point import PointSpec
 from grpokit.problems import Problem
@@ -58,8 +59,107 @@ def plan(spec: PointSpec, rollout_fraction: float) -> dict[str, Any]:
     }
 
 
+#: The Megatron roles verl builds with ``strategy: megatron`` (ppo_megatron_trainer's actor and ref;
+#: its critic too, when the point trains one: grpokit.validate.run_checks says when).
+MEGATRON_ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")
+
+
+def _size(cfg: DictConfig, key: str, default: int | None = 1) -> int | None:
+    value = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
+    return default if value is None or isinstance(value, bool) else int(value)
+
+
+def megatron_sizes(point: str, cfg: DictConfig, world: int, roles: tuple[str, ...] = MEGATRON_ROLES) -> list[Problem]:
+    """Megatron's parallel sizes of each role with ``strategy: megatron`` against the trainer's ``world``
+    GPUs (``trainer.nnodes x trainer.n_gpus_per_node``), as Megatron-Core's
+    ``megatron/core/parallel_state.py::initialize_model_parallel`` checks them when verl's engine calls it
+    (``verl/workers/engine/megatron/transformer_impl.py::MegatronEngine._init_device_mesh``, one call per
+    process, all roles on the same GPUs; verl 0.9.1's ``verl/utils/config.py::validate_config`` asserts
+    the first rule for the actor, and only without ``use_dynamic_bsz``):
+
+    - ``tensor_model_parallel_size x pipeline_model_parallel_size x context_parallel_size`` divides the
+      world size (Megatron-Core: "world_size (W) is not divisible by T x P x C"); data parallelism is
+      what is left, ``dp = W / (T x P x C)``;
+    - expert parallelism lives within data parallelism: ``expert_tensor_parallel_size (default: T) x
+      expert_model_parallel_size x P`` divides the world size ("world_size (W) is not divisible by
+      expert_tensor_model_pipeline_parallel size (E)"), i.e. with the default expert TP the expert
+      size divides ``dp x C``;
+    - ``virtual_pipeline_model_parallel_size`` needs ``pipeline_model_parallel_size`` > 1 (Megatron:
+      "pipeline-model-parallel size should be greater than 1 with interleaved schedule").
+
+    Returns one :class:`Problem` per role and rule (the role's key, the numbers, the fix).
+    """
+    problems = []
+    for role in roles:
+        if str(OmegaConf.select(cfg, f"{role}.strategy", default="")) != "megatron":
+            continue
+        if role == "critic" and not _uses_critic(cfg):
+            continue
+        m = f"{role}.megatron"
+        tp, pp, cp = (_size(cfg, f"{m}.{k}") or 1 for k in PARALLEL_KEYS)
+        ep = _size(cfg, f"{m}.expert_model_parallel_size") or 1
+        etp = _size(cfg, f"{m}.expert_tensor_parallel_size", None) or tp
+        vpp = _size(cfg, f"{m}.virtual_pipeline_model_parallel_size", None)
+        model = tp * pp * cp
+        if world % model:
+            problems.append(
+                Problem(
+                    point,
+                    f"verl.{m}.tensor_model_parallel_size",
+                    f"Megatron's tp {tp} x pp {pp} x cp {cp} = {model} does not divide the point's {world} GPU(s) "
+                    f"(Megatron-Core: world_size ({world}) is not divisible by {model})",
+                    f"set verl.{m}.tensor_model_parallel_size / pipeline_model_parallel_size / context_parallel_size "
+                    f"so that their product divides {world} (one of {_divisors(world)}), or ask for a multiple of "
+                    f"{model} GPUs (cluster.gpus_per_node x cluster.nodes)",
+                )
+            )
+            continue
+        expert = etp * ep * pp
+        if world % expert:
+            dp = world // model
+            problems.append(
+                Problem(
+                    point,
+                    f"verl.{m}.expert_model_parallel_size",
+                    f"Megatron's expert tp {etp} x ep {ep} x pp {pp} = {expert} does not divide the point's {world} "
+                    f"GPU(s): expert parallelism must fit in data parallelism (dp {dp} x cp {cp}) "
+                    f"(Megatron-Core: world_size ({world}) is not divisible by expert_tensor_model_pipeline_parallel "
+                    f"size ({expert}))",
+                    f"set verl.{m}.expert_model_parallel_size to a divisor of {world // (etp * pp) or 1} "
+                    f"(one of {_divisors(max(world // (etp * pp), 1))})",
+                )
+            )
+        if vpp and vpp > 1 and pp <= 1:
+            problems.append(
+                Problem(
+                    point,
+                    f"verl.{m}.virtual_pipeline_model_parallel_size",
+                    f"virtual pipeline size {vpp} with pipeline_model_parallel_size {pp} (Megatron-Core: "
+                    "pipeline-model-parallel size should be greater than 1 with interleaved schedule)",
+                    f"set verl.{m}.pipeline_model_parallel_size > 1, or "
+                    f"verl.{m}.virtual_pipeline_model_parallel_size=null",
+                )
+            )
+    return problems
+
+
+PARALLEL_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
+
+def _uses_critic(cfg: DictConfig) -> bool:
+    enable = OmegaConf.select(cfg, "critic.enable", default=None)
+    if enable is not None:
+        return bool(enable)
+    return str(OmegaConf.select(cfg, "algorithm.adv_estimator", default="")) == "gae"
+
+
 def check(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
-    """Refuse plans that leave the trainer no GPU or over-subscribe a shared GPU's memory."""
+    """Refuse plans that leave the trainer no GPU or over-subscribe a shared GPU's memory, and Megatron
+    parallel sizes that do not fit the trainer's GPUs (:func:`megatron_sizes`)."""
     fraction = float(cfg.actor_rollout_ref.rollout.gpu_memory_utilization)
     p = plan(spec, fraction)
     problems = []
@@ -86,4 +186,7 @@ def check(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
                 "gpu_memory_utilization, or give the sidecar its own GPU (placement: dedicated, one more GPU)",
             )
         )
+    world = _size(cfg, "trainer.nnodes") * _size(cfg, "trainer.n_gpus_per_node", 0)
+    if world > 0:
+        problems += megatron_sizes(spec.name, cfg, world)
     return problems

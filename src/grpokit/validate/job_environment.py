@@ -123,7 +123,11 @@ def ask(python: str) -> JobEnvironment:
         out = subprocess.run(
             # the caller's environment, as sbatch hands it to the job (PYTHONPATH included: a fork of
             # verl on it is the job's verl); run from / so no file of the working folder shadows the probe's
-            [python, "-c", _PROBE], capture_output=True, text=True, timeout=ASK_TIMEOUT_S, cwd="/"
+            [python, "-c", _PROBE],
+            capture_output=True,
+            text=True,
+            timeout=ASK_TIMEOUT_S,
+            cwd="/",
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return JobEnvironment(python, error=f"{type(exc).__name__}: {exc}")
@@ -146,4 +150,3 @@ def ask(python: str) -> JobEnvironment:
     except OSError:
         pass  # an unwritable cache only means the next command asks again
     return JobEnvironment(python, answer["version"], packages)
-

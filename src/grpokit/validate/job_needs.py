@@ -15,7 +15,9 @@ the point's setting                    needs in the job's Python (or of the call
 profiler (any ``*.profiler.tool``)
 ``actor_rollout_ref.rollout.name``     its engine's package (:data:`ENGINE_PACKAGES`), in an
                                        environment that trains (one with any rollout engine)
-``actor.strategy=megatron``            ``megatron-core``, likewise
+``actor.strategy=megatron``            ``megatron-core``, and the bridge verl builds the model with
+(``ppo_megatron_trainer``)             (``megatron.vanilla_mbridge``: ``mbridge``, else
+                                       ``megatron-bridge``; :data:`MEGATRON_BRIDGES`), likewise
 ``attn_implementation=flash_*``        ``flash-attn``, likewise
 ====================================  ==========================================================
 
@@ -56,6 +58,10 @@ LOGGER_PACKAGES = {
 #: ``actor_rollout_ref.rollout.name`` -> the distribution of its engine.
 ENGINE_PACKAGES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "tensorrt-llm"}
 MEGATRON_PACKAGE = "megatron-core"
+#: ``actor.megatron.vanilla_mbridge`` -> the package verl 0.9.1 builds the Megatron model with
+#: (``verl/workers/engine/megatron/transformer_impl.py::MegatronEngine._build_tf_config``: ``mbridge``'s
+#: ``AutoBridge`` when true, Megatron-Bridge's ``megatron.bridge.AutoBridge`` otherwise).
+MEGATRON_BRIDGES = {True: "mbridge", False: "megatron-bridge"}
 FLASH_ATTN_PACKAGE = "flash-attn"
 NPU_PACKAGE = "torch-npu"
 #: W&B's own offline switches: runtime.wandb_mode, or WANDB_MODE in the caller's environment.
@@ -217,6 +223,27 @@ def _device_problems(spec: PointSpec, cfg: DictConfig, env: JobEnvironment) -> l
     ]
 
 
+def _megatron_problems(spec: PointSpec, cfg: DictConfig, env: JobEnvironment) -> list[Problem]:
+    """``strategy: megatron`` (verl's ``ppo_megatron_trainer``): ``megatron-core`` and the model bridge
+    (:data:`MEGATRON_BRIDGES`) in the job's Python; the first one missing, named."""
+    vanilla = bool(OmegaConf.select(cfg, "actor_rollout_ref.actor.megatron.vanilla_mbridge", default=False))
+    for package, key in (
+        (MEGATRON_PACKAGE, "verl.actor_rollout_ref.actor.strategy"),
+        (MEGATRON_BRIDGES[vanilla], "verl.actor_rollout_ref.actor.megatron.vanilla_mbridge"),
+    ):
+        if not env.version_of(package):
+            return [
+                Problem(
+                    spec.name,
+                    key,
+                    f"strategy megatron needs {package}, which {_who(env)} does not have",
+                    f"pip install 'grpokit[megatron]' (or {package}) in the job's environment, or use an FSDP "
+                    "config (ppo_trainer)",
+                )
+            ]
+    return []
+
+
 def _engine_problems(spec: PointSpec, cfg: DictConfig, env: JobEnvironment) -> list[Problem]:
     problems = []
     have = [name for name, package in ENGINE_PACKAGES.items() if env.version_of(package)]
@@ -232,15 +259,8 @@ def _engine_problems(spec: PointSpec, cfg: DictConfig, env: JobEnvironment) -> l
             )
         )
     strategy = str(OmegaConf.select(cfg, "actor_rollout_ref.actor.strategy", default=""))
-    if strategy == "megatron" and not env.version_of(MEGATRON_PACKAGE):
-        problems.append(
-            Problem(
-                spec.name,
-                "verl.actor_rollout_ref.actor.strategy",
-                f"strategy megatron needs {MEGATRON_PACKAGE}, which {_who(env)} does not have",
-                f"pip install {MEGATRON_PACKAGE} (verl's megatron extra) in the job's environment, or use fsdp2",
-            )
-        )
+    if strategy == "megatron":
+        problems += _megatron_problems(spec, cfg, env)
     attn = str(OmegaConf.select(cfg, "actor_rollout_ref.model.override_config.attn_implementation", default=""))
     if attn.startswith("flash_attention") and not env.version_of(FLASH_ATTN_PACKAGE):
         problems.append(

@@ -61,8 +61,7 @@ def model_hint(spec: PointSpec, cfg: DictConfig) -> tuple[str, str]:
         return "model.path", download_hint(spec)
     key = "verl.actor_rollout_ref.model.path"
     return key, (
-        f"put a Hugging Face model folder at {path} (e.g. hf download <hub id> --local-dir {path}), "
-        f"or set {key} to one"
+        f"put a Hugging Face model folder at {path} (e.g. hf download <hub id> --local-dir {path}), or set {key} to one"
     )
 
 

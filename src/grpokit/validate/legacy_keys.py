@@ -41,7 +41,11 @@ def legacy_problem(point: str, key: str, value: str) -> Problem:
 
 
 def check(spec: PointSpec) -> list[Problem]:
-    """One problem per legacy key among the point's verl overrides (typed or from the kit's files)."""
+    """One problem per legacy key among the point's verl overrides (typed or from the kit's files); none
+    for a recipe's own entry (``spec.verl_entry``), whose code reads its keys itself (DAPO's
+    ``reward_model.overlong_buffer``)."""
+    if (spec.verl_entry or {}).get("module", "verl.trainer.main_ppo") != "verl.trainer.main_ppo":
+        return []
     problems = []
     for item in spec.verl_overrides:
         key, _, value = item.lstrip("+~").partition("=")

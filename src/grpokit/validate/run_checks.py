@@ -61,7 +61,7 @@ def _get(cfg: DictConfig, key: str, default=None, *, follow: bool = True):
             return _slow_get(cfg, key, default)
     if not isinstance(node, DictConfig):
         return default
-    child = child_node(node, leaf)
+    child = child_node(node, leaf)  # a key this config lacks (Megatron's has no FSDP ones): None
     if child is None:
         return default
     if OmegaConf.is_interpolation(child):

@@ -22,7 +22,9 @@ key digests what else the verdict depends on:
   omegaconf's and Python's versions and every file of verl's config folder);
 - every ``.py`` file of the installed verl (path, size, modification time): the code that checks;
 - this module's caller, ``grpokit/validate/verl_check.py`` (its bytes): how the kit calls verl;
-- whether vLLM is importable here (verl checks a LoRA rank against it).
+- whether vLLM is importable here (verl checks a LoRA rank against it);
+- for a point on another config than ``ppo_trainer`` (``spec.verl_entry``: Megatron's, a recipe's),
+  that config's name, folder and files (:func:`entry_key`).
 
 Only passes are kept, and only those during which verl opened no file other than Python modules
 (an audit hook, :pep:`578`, counts them): a check that reads a model's files (a critic's tokenizer,
@@ -80,7 +82,18 @@ def _path() -> Path:
 
 def _digest(spec: PointSpec) -> str:
     kept = [o for o in spec.verl_overrides if o.lstrip("+").split("=", 1)[0] not in NAME_KEYS]
+    if spec.verl_entry:  # another config than ppo_trainer (Megatron's, a recipe's folder): its defaults' key
+        kept = [entry_key(spec.verl_entry), *kept]
     return hashlib.sha256((store_key() + "\0" + "\n".join(kept)).encode()).hexdigest()
+
+
+def entry_key(verl_entry: dict) -> str:
+    """The config a point composes, for its verdict's digest: the config's name and folder, and the
+    digest of that folder's files when it is a recipe's (an edited recipe YAML is checked again)."""
+    from grpokit.config.verl_entry import Entry
+    from grpokit.config.verl_schema import ref_key
+
+    return f"entry:{ref_key(Entry.of(verl_entry).ref)}"
 
 
 @functools.lru_cache(maxsize=1)

@@ -44,6 +44,16 @@ def environment(run_dir: Path, attempt_dir: Path) -> dict[str, str]:
     }
 
 
+def entry_environment(spec: PointSpec, env: dict[str, str]) -> dict[str, str]:
+    """``env`` with the point's recipe checkout (``verl_entry.pythonpath``) first on ``PYTHONPATH``, so
+    ``python -m recipe.<name>.<main>`` imports on the node (Ray's workers inherit it); ``env`` as it is
+    for verl's own entry."""
+    root = (spec.verl_entry or {}).get("pythonpath")
+    if not root:
+        return env
+    return {**env, "PYTHONPATH": ":".join(p for p in (str(root), env.get("PYTHONPATH")) if p)}
+
+
 def write_command_file(path: Path, cmd: list[str], env_keys: list[str]) -> None:
     """``verl_cmd.sh``: the exact command, one argument per line, runnable by hand (no secrets)."""
     lines = [

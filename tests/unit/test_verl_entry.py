@@ -1,0 +1,227 @@
+"""A verl script's own config and entry (issue 34, items 4 and 5): Megatron's ``ppo_megatron_trainer``
+and a recipe's entry module with its config folder, composed with verl's own Hydra composition and
+checked with verl's ``validate_config``; every refusal one line.
+
+The recipe is verl's real DAPO recipe at v0.7.0 (``tests/data/verl_recipe``, SOURCE.md: commit and
+license): its ``dapo_trainer.yaml`` extends verl's ``ppo_trainer``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from grpokit.config.verl_entry import Entry, ScriptError, hydra_main_defaults, locate
+from grpokit.config.verl_schema import MEGATRON_CONFIG_NAME, VerlConfigRef, compose_verl, use, verl_config_dir
+from grpokit.config.verl_script import VerlInvocation, expand_argv, read_script
+
+RECIPE = Path(__file__).parents[1] / "data" / "verl_recipe"
+DAPO_SCRIPT = RECIPE / "recipe" / "dapo" / "run_dapo_tiny.sh"
+
+
+@pytest.fixture(autouse=True)
+def _ppo_trainer_after():
+    yield
+    use(None)  # the process composes verl's ppo_trainer again for the next test
+
+
+def inv(module: str, config_path: str | None = None, config_name: str | None = None) -> VerlInvocation:
+    return VerlInvocation(module, config_path, config_name, (), "run.sh:3", {})
+
+
+def test_main_ppo_composes_ppo_trainer_or_megatrons_config(tmp_path):
+    script = tmp_path / "run.sh"
+    assert locate(inv("verl.trainer.main_ppo"), script) == Entry()
+    megatron = locate(inv("verl.trainer.main_ppo", "config", "ppo_megatron_trainer.yaml"), script)
+    assert megatron == Entry(config_name=MEGATRON_CONFIG_NAME)
+    assert megatron.trainer_args() == ["-m", "verl.trainer.main_ppo", "--config-name", "ppo_megatron_trainer"]
+    assert megatron.kit_overrides() == [
+        "verl_base@verl=ppo_megatron_trainer",
+        "++verl_entry.config_name=ppo_megatron_trainer",
+    ]
+    same = locate(inv("verl.trainer.main_ppo", str(verl_config_dir()), "ppo_trainer"), script)
+    assert same.is_default()
+
+
+def test_main_ppo_refusals_are_one_line(tmp_path):
+    script = tmp_path / "run.sh"
+    with pytest.raises(ScriptError) as refused:
+        locate(inv("verl.trainer.main_ppo", "config", "evaluation"), script)
+    assert str(refused.value) == (
+        f"verl_script={script}: --config-name=evaluation (run.sh:3); the kit composes verl's ppo_trainer and "
+        "ppo_megatron_trainer for verl.trainer.main_ppo: use one of them"
+    )
+    with pytest.raises(ScriptError) as refused:
+        locate(inv("verl.trainer.main_ppo", str(tmp_path), "ppo_trainer"), script)
+    assert str(refused.value) == (
+        f"verl_script={script}: --config-path={tmp_path} (run.sh:3) is not verl's config folder "
+        f"({verl_config_dir()}); main_ppo with a config folder of its own is a recipe: run it with the "
+        "recipe's entry module, or drop --config-path"
+    )
+
+
+def test_a_recipe_entry_is_found_from_the_script_or_recipe_root(tmp_path):
+    got = locate(inv("recipe.dapo.main_dapo"), DAPO_SCRIPT)  # the script's folders up to the checkout's root
+    assert got == Entry(
+        module="recipe.dapo.main_dapo",
+        config_name="dapo_trainer",  # the recipe's @hydra.main
+        config_dir=str((RECIPE / "recipe" / "dapo" / "config").resolve()),
+        pythonpath=str(RECIPE.resolve()),
+    )
+    elsewhere = tmp_path / "dapo.sh"
+    assert locate(inv("recipe.dapo.main_dapo"), elsewhere, recipe_root=str(RECIPE)) == got
+    assert locate(inv("recipe.dapo.main_dapo", "config", "dapo_trainer.yaml"), elsewhere, str(RECIPE)) == got
+    assert hydra_main_defaults(RECIPE / "recipe" / "dapo" / "main_dapo.py") == ("config", "dapo_trainer")
+    assert got.trainer_args() == [
+        "-m",
+        "recipe.dapo.main_dapo",
+        "--config-path",
+        got.config_dir,
+        "--config-name",
+        "dapo_trainer",
+    ]
+
+
+def test_recipe_refusals_are_one_line(tmp_path):
+    script = tmp_path / "dapo.sh"
+    with pytest.raises(ScriptError) as refused:
+        locate(inv("recipe.dapo.main_dapo"), script, cwd=tmp_path)
+    assert str(refused.value) == (
+        f"verl_script={script}: its entry recipe.dapo.main_dapo (run.sh:3) is not found as recipe/dapo/main_dapo.py "
+        f"under {tmp_path}, {tmp_path.parent}, {tmp_path.parent.parent}: pass recipe_root=<your verl-recipe "
+        "checkout> on the sweep command"
+    )
+    with pytest.raises(ScriptError) as refused:
+        locate(inv("recipe.dapo.main_dapo", "conf", "dapo_trainer"), script, str(RECIPE))
+    assert str(refused.value).startswith(
+        f"verl_script={script}: config dapo_trainer.yaml not found in --config-path=conf (looked in "
+        f"{RECIPE.resolve() / 'recipe' / 'dapo' / 'conf'}, "
+    )
+    assert str(refused.value).endswith(": fix --config-path in the script")
+    bare = tmp_path / "mine" / "train.py"
+    bare.parent.mkdir()
+    bare.write_text("print('no hydra here')\n")
+    with pytest.raises(ScriptError) as refused:
+        locate(inv("mine.train"), script, str(tmp_path))
+    assert str(refused.value) == (
+        f"verl_script={script}: mine.train ({bare}) declares no @hydra.main config and the command gives "
+        "no --config-path/--config-name: add them to the script's command"
+    )
+
+
+def test_megatron_and_recipe_configs_compose_with_verls_own_hydra():
+    megatron = compose_verl(
+        ["actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"], VerlConfigRef(MEGATRON_CONFIG_NAME)
+    )
+    assert megatron.actor_rollout_ref.actor.strategy == "megatron"
+    assert megatron.actor_rollout_ref.actor.megatron.tensor_model_parallel_size == 2
+    dapo = Entry.of(
+        {
+            "module": "recipe.dapo.main_dapo",
+            "config_name": "dapo_trainer",
+            "config_dir": str(RECIPE / "recipe" / "dapo" / "config"),
+        }
+    )
+    cfg = compose_verl(["algorithm.filter_groups.enable=true"], dapo.ref)
+    assert cfg.algorithm.filter_groups.enable is True and cfg.trainer.project_name == "verl-dapo"
+    assert "hydra" not in cfg and cfg.data.gen_batch_size == cfg.data.train_batch_size  # the recipe's interpolation
+    assert cfg.actor_rollout_ref.actor.strategy == "fsdp"  # ppo_trainer's, which the recipe extends
+
+
+def test_expand_argv_selects_the_scripts_config(tmp_path):
+    megatron = tmp_path / "meg.sh"
+    megatron.write_text(
+        "python3 -m verl.trainer.main_ppo --config-path=config --config-name='ppo_megatron_trainer.yaml' \\\n"
+        "  actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2 trainer.n_gpus_per_node=2\n"
+    )
+    argv, lines = expand_argv(["-m", f"verl_script={megatron}"], {})
+    assert "verl_base@verl=ppo_megatron_trainer" in argv and "++verl_entry.config_name=ppo_megatron_trainer" in argv
+    assert "verl.actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2" in argv
+    assert lines[0].startswith(f"verl_script={megatron}: 2 setting(s) of verl.trainer.main_ppo (ppo_megatron_trainer)")
+    argv, _ = expand_argv([f"verl_script={DAPO_SCRIPT}"], {"MODEL_PATH": "/m", "HOME": "/h"})
+    assert "verl_base@verl=recipe_dapo_trainer" in argv and "++verl_entry.module=recipe.dapo.main_dapo" in argv
+    assert "verl.algorithm.filter_groups.enable=False" in argv
+    assert "verl.data.train_files=/h/verl/data/dapo-math-17k.parquet" in argv  # ${TRAIN_FILE:-"${HOME}/..."}
+    assert read_script(DAPO_SCRIPT, {"HOME": "/h"}).module == "recipe.dapo.main_dapo"
+
+
+def dapo_env(tiny_model_dir: Path, gsm8k_dir: Path) -> dict[str, str]:
+    return {
+        "MODEL_PATH": str(tiny_model_dir),
+        "TRAIN_FILE": str(gsm8k_dir / "train.parquet"),
+        "TEST_FILE": str(gsm8k_dir / "test.parquet"),
+    }
+
+
+def test_a_recipe_written_for_another_verl_is_refused_naming_the_import(kit, tmp_path, tiny_model_dir, gsm8k_dir):
+    """DAPO at v0.7.0 imports verl.trainer.ppo.reward.compute_reward, which verl 0.9.1 no longer has: on a
+    GPU node it would fail at import; here it is one line (verl's composition and validate_config passed)."""
+    out = kit.run(
+        "sweep.py",
+        [f"verl_script={DAPO_SCRIPT}", "dry_run=true", f"logs_root={tmp_path / 'logs'}", "sweep_name=dapo"],
+        env=dapo_env(tiny_model_dir, gsm8k_dir),
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    trainer = RECIPE / "recipe" / "dapo" / "dapo_ray_trainer.py"
+    assert (
+        f"[000] verl_script: recipe.dapo.main_dapo would fail at import on the node: {trainer.resolve()}:39 imports "
+        "verl.trainer.ppo.reward.compute_reward, which verl 0.9.1 (installed) does not have" in out.stderr
+    )
+
+
+def test_a_recipe_is_rehearsed_with_its_config(kit, tmp_path, tiny_model_dir, gsm8k_dir):
+    """rehearse=true: the kit's stand-in trainer runs in the recipe's place, given the recipe's config
+    flags (it composes the recipe's config as the entry would) and the same overrides."""
+    out = kit.run(
+        "sweep.py",
+        [
+            f"verl_script={DAPO_SCRIPT}",
+            "rehearse=true",
+            "dry_run=true",
+            f"logs_root={tmp_path / 'logs'}",
+            "sweep_name=dapo",
+        ],
+        env=dapo_env(tiny_model_dir, gsm8k_dir),
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = (tmp_path / "logs" / "dapo" / "dry_run.md").read_text()
+    config = (RECIPE / "recipe" / "dapo" / "config").resolve()
+    assert f"grpokit.rehearsal.rehearsal_trainer \\\n  --config-path \\\n  {config} \\\n  --config-name \\\n" in text
+    assert "data.gen_batch_size=8" in text and "algorithm.filter_groups.enable" not in text  # the recipe's default
+
+
+def test_the_rehearsal_trainer_reads_the_recipes_config():
+    from grpokit.rehearsal.rehearsal_trainer import config_defaults, split_config_args
+
+    config = str(RECIPE / "recipe" / "dapo" / "config")
+    path, name, rest = split_config_args(["--config-path", config, "--config-name=dapo_trainer", "a.b=1"])
+    assert (path, name, rest) == (config, "dapo_trainer", ["a.b=1"])
+    values = config_defaults(path, name)
+    assert values["trainer.project_name"] == "verl-dapo" and values["algorithm.filter_groups.enable"] == "false"
+    assert values["trainer.save_freq"] == "-1" and values["data.gen_batch_size"] == values["data.train_batch_size"]
+    assert config_defaults(None, None) == {}
+
+
+def test_a_recipe_config_that_does_not_extend_ppo_trainer_is_refused(kit, tmp_path, tiny_model_dir, gsm8k_dir):
+    recipe = tmp_path / "checkout" / "recipe" / "mine"
+    (recipe / "config").mkdir(parents=True)
+    (recipe / "main_mine.py").write_text(
+        "import hydra\n\n\n@hydra.main(config_path='config', config_name='mine', version_base=None)\n"
+        "def main(config):\n    pass\n"
+    )
+    (recipe / "config" / "mine.yaml").write_text("data:\n  train_batch_size: 8\n")
+    script = recipe / "run_mine.sh"
+    script.write_text("python3 -m recipe.mine.main_mine data.train_batch_size=4\n")
+    out = kit.run("sweep.py", [f"verl_script={script}", "dry_run=true", f"logs_root={tmp_path / 'logs'}"])
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert out.stderr.strip() == (
+        f"error: verl_script={script}: recipe.mine.main_mine's config {recipe / 'config'}/mine.yaml has no "
+        "trainer.default_local_dir, which the kit sets (checkpoints, metrics, resume and its hook in verl's "
+        "workers need verl's trainer keys): the kit runs recipes whose config extends verl's ppo_trainer "
+        "(defaults: [ppo_trainer, _self_])"
+    )
+    (recipe / "config" / "mine.yaml").write_text("defaults:\n  - no_such_trainer\n  - _self_\n")
+    out = kit.run("sweep.py", [f"verl_script={script}", "dry_run=true", f"logs_root={tmp_path / 'logs'}"])
+    assert out.returncode == 2 and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert "does not compose with verl's config folder on the search path (" in out.stderr

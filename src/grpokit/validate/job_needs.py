@@ -40,7 +40,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpokit.config.overrides import flat_base
 from grpokit.config.point import PointSpec
-from grpokit.problems import Problem
+from grpokit.problems import Problem, note
 from grpokit.validate.job_environment import JobEnvironment
 
 #: verl's ``trainer.logger`` backends -> the distribution ``verl/utils/tracking.py`` imports for it.
@@ -185,7 +185,15 @@ def check_verl(env: JobEnvironment, experiment: str = "verl_script") -> list[Pro
     verl = target(env)
     who = _who(env) if env.error is None else "this command's Python (the job's could not be asked)"
     where = f"at {verl.folder}, {who}" if verl.folder else who
-    return verl_release.check(verl.version, where, packaged=experiment != "verl_script", experiment=experiment)
+    packaged = experiment != "verl_script"
+    found = verl_release.check(verl.version, where, packaged=packaged, experiment=experiment)
+    if not found and not packaged and not verl_release.within(verl.version or "", verl_release.EXPERIMENTS):
+        note(
+            f"verl {verl.version} has no v1 trainer (verl.trainer.ppo.v1, from 0.9.0): the kit's save before a "
+            "preemption or the time limit does not run; a requeued job resumes from its last "
+            "verl.trainer.save_freq checkpoint"
+        )
+    return found
 
 
 def wandb_key_found(environ: dict[str, str]) -> bool:

@@ -13,9 +13,9 @@ The worker is this command's own grpokit (a folder holding only a link to it is 
 worker's ``PYTHONPATH``, so nothing else of this environment shadows the job's), so the request and
 the answer always match. Its answer is kept in the cache folder under a digest of the request, the
 interpreter, ``PYTHONPATH`` and the path, size and time of every file of that verl and of the
-worker's modules: asking again for the same points costs a file read. Cost, this project's 2-core
-CI machine: a worker whose points verl passed before (verl not imported) about 1.5 s, one that
-imports verl about 8 s, a kept answer a few ms.
+worker's modules: asking again for the same points costs a file read. Cost, this project's loaded
+2-core machine: a worker whose points verl passed before (verl not imported) about 2 s, one that
+imports verl 15-25 s, a kept answer a few ms.
 """
 
 from __future__ import annotations

@@ -215,3 +215,36 @@ def test_a_forks_checkout_on_pythonpath_is_validated_with_its_own_defaults(cache
         job_verl.VerlTarget(*job_environment.local_verl(), sys.executable, True), specs
     ).points
     assert here["trainer"]["log_val_generations"] == 0
+
+
+def test_a_verl_script_on_the_lowest_release_is_noted_without_the_save_on_demand(cache, monkeypatch, capsys):
+    from grpokit import problems
+
+    monkeypatch.setattr(problems, "_SAID", set())
+    assert job_needs.check_verl(job_environment.ask(lowest_python()), "verl_script") == []
+    assert capsys.readouterr().err == (
+        f"note: verl {LOWEST} has no v1 trainer (verl.trainer.ppo.v1, from 0.9.0): the kit's save before a "
+        "preemption or the time limit does not run; a requeued job resumes from its last "
+        "verl.trainer.save_freq checkpoint\n"
+    )
+
+
+def test_a_jobs_python_that_cannot_run_the_checks_is_one_line_per_point(cache, tmp_path, base):
+    import subprocess
+
+    venv = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = str(venv / "bin" / "python")
+    overrides = [*base, "cluster=slurm", f"cluster.python={python}"]
+    spec = build_point(compose_kit(overrides), index=0, kit_overrides=overrides, swept={})
+    verl = job_verl.VerlTarget("0.9.1", "/somewhere/verl", python, remote=True)
+    ((config, (problem,)),) = job_verl.validate(verl, [spec]).points
+    assert config is None and (problem.point, problem.key) == ("all points", "cluster.python")
+    assert problem.message.startswith(
+        f"verl's checks could not run in the job's Python ({python}, verl 0.9.1 at /somewhere/verl): "
+        "ModuleNotFoundError: No module named "
+    )
+    assert problem.fix == (
+        "make the job's environment import verl and grpokit (python -c 'import verl, grpokit'), "
+        "or run the sweep command from that environment"
+    )

@@ -17,7 +17,7 @@ EXTRAS := dev$(if $(HAS_GPU),$(comma)train)$(if $(filter-out tiny,$(MODEL)),$(co
 # GPU the job runs every stage but training and ends in state skipped_no_gpu).
 RUN_ARGS_tiny := verl.trainer.total_training_steps=2 verl.trainer.save_freq=2
 
-.PHONY: install lock run test cluster lint
+.PHONY: install lock run test cluster lint verl-lowest
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,21 @@ run: install
 cluster:
 	bash slurm/local_cluster.sh up
 
+# The lowest verl the kit is tested with (constraints/verl-lowest.txt: version and hash), as a second
+# job environment for the tests: the wheel unpacked without dependencies into .verl-lowest/<v>/site
+# and a python wrapper that puts it first on PYTHONPATH (how a fork's checkout on PYTHONPATH looks).
+# Built once per version (seconds; pip's cache keeps the wheel).
+VERL_LOWEST     := $(shell sed -n 's/^verl==\([^ ]*\).*/\1/p' constraints/verl-lowest.txt)
+VERL_LOWEST_DIR := .verl-lowest/$(VERL_LOWEST)
+verl-lowest: $(VERL_LOWEST_DIR)/python
+$(VERL_LOWEST_DIR)/python: constraints/verl-lowest.txt | $(PY)
+	rm -rf $(VERL_LOWEST_DIR) && mkdir -p $(VERL_LOWEST_DIR)
+	$(PY) -m pip download -q --no-deps --require-hashes -r constraints/verl-lowest.txt -d $(VERL_LOWEST_DIR)/wheel
+	$(PY) -m pip install -q --no-deps --no-index --require-hashes -r constraints/verl-lowest.txt \
+	    --find-links $(VERL_LOWEST_DIR)/wheel --target $(VERL_LOWEST_DIR)/site
+	printf '#!/bin/sh\nPYTHONPATH="%s$${PYTHONPATH:+:$$PYTHONPATH}" exec "%s" "$$@"\n' \
+	    "$(abspath $(VERL_LOWEST_DIR))/site" "$(abspath $(PY))" > $@.tmp && chmod +x $@.tmp && mv $@.tmp $@
+
 # Three parts. The tests that submit no Slurm job (tests/unit, and the integration tests not marked
 # slurm) start in the background; the tests marked cluster_exclusive (they preempt whole nodes, set
 # a node down or need one node's GPUs to themselves) have the cluster alone, one at a time; as soon
@@ -72,7 +87,8 @@ cluster:
 # tests/conftest.py::built_once), so verl's verdict on a config is asked once for the whole run.
 test: export GRPOKIT_TEST_SHARED_DIR := $(CURDIR)/.pytest-shared
 test: export GRPOKIT_EXPECT_LOCK := $(LOCK)
-test: install cluster
+test: export GRPOKIT_VERL_LOWEST_PYTHON := $(CURDIR)/$(VERL_LOWEST_DIR)/python
+test: install verl-lowest cluster
 	@rm -rf .pytest-shared
 	@$(PY) -m pytest -q -p no:cacheprovider -m "not slurm and not cluster_exclusive" tests/unit tests/integration \
 	    --durations=5 > .pytest-no-jobs.log 2>&1 & nojobs=$$!; \

@@ -151,7 +151,9 @@ def test_a_removed_rollout_mode_is_refused_as_verls_worker_would(base, cache):
     assert problem.message.startswith("verl's RolloutConfig (built as its workers start): Rollout mode 'sync' has been")
 
 
-def test_the_jobs_verl_must_be_the_one_validated_against(bare_venv, cache):
+def test_the_jobs_verl_must_be_in_the_tested_range(bare_venv, cache):
+    # issue 35 item 6: another verl than this command's is validated against (tests/unit/test_verl_range.py),
+    # no longer refused for differing; a job's Python without verl, or with one outside the range, is
     from grpokit.validate.job_environment import local_verl
 
     here, folder = local_verl()
@@ -160,17 +162,15 @@ def test_the_jobs_verl_must_be_the_one_validated_against(bare_venv, cache):
     python = str(bare_venv / "bin" / "python")
     (problem,) = job_needs.check_verl(job_environment.ask(python))
     assert (problem.point, problem.key) == ("all points", "cluster.python")
-    assert problem.message.startswith(
-        f"the job's Python ({python}) has no verl; the points were validated against verl {here}"
-    )
-    # an older verl there (its metadata, as pip writes it): named with both versions
-    info = site_packages(bare_venv) / "verl-0.8.0.dist-info"
+    assert problem.message == f"the job's Python ({python}) has no verl: the job runs verl's trainer"
+    # an older verl there (its metadata, as pip writes it): outside the range, named with where it is
+    info = site_packages(bare_venv) / "verl-0.7.1.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: verl\nVersion: 0.8.0\n")
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: verl\nVersion: 0.7.1\n")
     job_environment.ask.cache_clear()
     (problem,) = job_needs.check_verl(job_environment.ask(python))
-    assert f"has verl 0.8.0; the points were validated against verl {here} here ({folder})" in problem.message
-    assert problem.fix.endswith(f"or install verl=={here} there")
+    assert problem.message.startswith(f"verl 0.7.1 (the job's Python ({python})) is outside the releases")
+    assert problem.fix.startswith("install a verl in >=0.8.0,<0.10 in the job's environment")
 
 
 def test_megatron_packages_the_training_environment_lacks_are_refused_naming_each(base, cache):

@@ -45,13 +45,17 @@ def point_lines(specs: list[PointSpec]) -> list[str]:
 
 
 def verl_line(spec: PointSpec) -> str:
-    """Which verl the points were validated against, and which the job's Python has."""
-    from grpokit.validate.job_environment import ask, job_python, local_verl
+    """Which verl the points were validated against (the job's: version, folder, where it ran)."""
+    from grpokit.validate import job_verl
+    from grpokit.validate.job_environment import ask, job_python
 
-    version, folder = local_verl()
     env = ask(job_python(spec.cluster.python))
-    there = f"verl {env.version_of('verl')}" if env.error is None else f"not asked here ({env.error})"
-    return f"verl: {version} at {folder} (validated against); the job's Python {env.python}: {there}"
+    verl = job_verl.of(spec.cluster.python)
+    if env.error is not None:
+        asked = f"the job's Python {env.python}: not asked here ({env.error})"
+        return f"verl: {verl.version} at {verl.folder} (validated here; {asked})"
+    where = "in the job's Python, not this command's" if verl.remote else "here: the job's Python has the same"
+    return f"verl: {verl.version} at {verl.folder} (validated against, {where}; the job's Python {env.python})"
 
 
 def dry_run_summary(path: Path, specs: list[PointSpec]) -> str:

@@ -20,6 +20,7 @@ from grpokit.validate import (
     gpu_plan,
     job_environment,
     job_needs,
+    job_verl,
     kit_checks,
     legacy_keys,
     model_checks,
@@ -30,7 +31,15 @@ from grpokit.validate import (
     verl_check,
 )
 
-__all__ = ["Problem", "SweepValidationError", "check_each", "check_stream", "validate_point", "validate_points"]
+__all__ = [
+    "Problem",
+    "SweepValidationError",
+    "check_each",
+    "check_in_job_verl",
+    "check_stream",
+    "validate_point",
+    "validate_points",
+]
 
 
 def validate_point(spec: PointSpec) -> tuple[DictConfig | None, list[Problem]]:
@@ -51,11 +60,13 @@ def use_entry(spec: PointSpec) -> None:
     use(Entry.of(spec.verl_entry).ref)
 
 
-def _composed_checks(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
-    """The checks that read verl's composed config of the point (they do not change it)."""
+def _composed_checks(spec: PointSpec, cfg: DictConfig, verl_side: bool = True) -> list[Problem]:
+    """The checks that read verl's composed config of the point (they do not change it).
+    ``verl_side=False``: verl's ``validate_config`` ran elsewhere (the job's verl, :func:`check_in_job_verl`)."""
     problems = legacy_keys.check(spec)
     problems += recipe_entry.check(spec, cfg)
-    problems += verl_check.run_validate_config(spec, cfg)
+    if verl_side:
+        problems += verl_check.run_validate_config(spec, cfg)
     problems += kit_checks.check_files(spec, cfg)
     problems += kit_checks.check_lengths(spec, cfg)
     problems += kit_checks.check_fused_kernels(spec, cfg)
@@ -75,24 +86,55 @@ def validate_points(specs: list[PointSpec]) -> None:
     """Validate every point (each as :func:`validate_point` does, see :func:`check_stream`); raise
     one error listing all problems. The checks run in the forked validator when there is one
     (:mod:`grpokit.validate.overlap`), else here; here also when verl passed every point's config
-    before (:mod:`grpokit.validate.verl_verdicts`): then verl is not imported at all.
+    before (:mod:`grpokit.validate.verl_verdicts`): then verl is not imported at all. When the
+    job's verl is not this command's (:mod:`grpokit.validate.job_verl`), verl's side runs in the
+    job's Python (:func:`check_in_job_verl`).
 
     Raises:
         SweepValidationError: at least one point has a problem (nothing may be submitted).
     """
-    from grpokit.validate import overlap, verl_verdicts
+    from grpokit.validate import job_verl, overlap, verl_verdicts
 
-    if all(verl_verdicts.passed(s) for s in specs):  # verl passed every config before: no need to import it
+    verl = job_verl.of(specs[0].cluster.python) if specs else None
+    if verl is not None and verl.remote:  # the job's verl is not this command's: its checks run there
         overlap.stop()
-    answer = overlap.take(specs)  # the same checks, run by the process that imported verl meanwhile
-    if answer is None:
-        problems = check_each(specs)
+        problems = check_in_job_verl(specs, verl)
     else:
-        problems, printed = answer
-        sys.stderr.write(printed)
+        if all(verl_verdicts.passed(s) for s in specs):  # verl passed every config before: no need to import it
+            overlap.stop()
+        answer = overlap.take(specs)  # the same checks, run by the process that imported verl meanwhile
+        if answer is None:
+            problems = check_each(specs)
+        else:
+            problems, printed = answer
+            sys.stderr.write(printed)
     problems += check_sweep(specs)
     if problems:
         raise SweepValidationError(problems)
+
+
+def check_in_job_verl(specs: list[PointSpec], verl: job_verl.VerlTarget) -> list[Problem]:
+    """Every point's problems when the job's verl is not this command's: verl's side (composition,
+    ``validate_config``, its config dataclasses, its registries) in the job's Python
+    (:func:`grpokit.validate.job_verl.validate`), the kit's checks here on the configs it composed."""
+    from omegaconf import OmegaConf
+
+    from grpokit.validate import verl_registries
+
+    answer = job_verl.validate(verl, specs)
+    verl_registries.use(answer.registries or None)
+    problems: list[Problem] = []
+    try:
+        said = f"(the job's verl {verl.version} at {verl.folder})"
+        for spec, (config, found) in zip(specs, answer.points, strict=True):
+            problems += [dataclasses.replace(p, message=f"{p.message} {said}") for p in found]
+            if config is not None:
+                cfg = OmegaConf.create(config)
+                OmegaConf.set_struct(cfg, True)  # as Hydra's compose gives it
+                problems += _composed_checks(spec, cfg, verl_side=False)
+    finally:
+        verl_registries.use(None)
+    return problems
 
 
 def check_each(specs: list[PointSpec]) -> list[Problem]:
@@ -182,7 +224,8 @@ def check_sweep(specs: list[PointSpec]) -> list[Problem]:
         requests.setdefault(json.dumps(dataclasses.asdict(spec.cluster), sort_keys=True, default=str), []).append(spec)
     problems += check_hardware_requests(list(requests.values()))
     if specs:
-        problems += job_needs.check_verl(job_environment.ask(job_environment.job_python(specs[0].cluster.python)))
+        env = job_environment.ask(job_environment.job_python(specs[0].cluster.python))
+        problems += job_needs.check_verl(env, str(specs[0].experiment.get("name") or ""))
     for group in requests.values():
         found = slurm_request.check_request(group[0].cluster, name=group[0].sweep_name, num_points=len(group))
         if len(requests) > 1:

@@ -5,7 +5,7 @@ interpreter on the GPU nodes: submitit's ``python``), else the sweep command's o
 (submitit's default, and ``slurm/train.sbatch``'s ``$GRPOKIT_PYTHON``). :func:`ask` runs that
 interpreter once with a short probe (``importlib.metadata``: every installed distribution and its
 version, and the folders of its ``sys.path``) and keeps the answer in
-``<cache dir>/job-env-<hash of the interpreter's path>.json``
+``<cache dir>/job-env-<hash of the interpreter's path and PYTHONPATH>.json``
 (:func:`grpokit.config.verl_schema.cache_dir`). A kept answer is used while the interpreter file
 and every ``sys.path`` folder it reported keep their modification times (installing or removing a
 package changes its ``site-packages`` folder's), so a changed environment is asked again.
@@ -31,10 +31,16 @@ from packaging.utils import canonicalize_name
 from grpokit.config.verl_schema import cache_dir
 
 #: The probe the job's interpreter runs: its version, its sys.path folders, its distributions.
+#: A distribution found twice (a fork's checkout on PYTHONPATH before an installed verl) is the one
+#: found first on sys.path, as the import system finds it; verl's folder is found without importing it.
 _PROBE = (
-    "import importlib.metadata as m, json, sys\n"
+    "import importlib.metadata as m, importlib.util as u, json, sys\n"
+    "packages = {}\n"
+    "for d in m.distributions(): packages.setdefault(d.metadata['Name'] or '', d.version)\n"
+    "spec = u.find_spec('verl')\n"
+    "folder = list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations else None\n"
     "print(json.dumps({'version': sys.version.split()[0], 'path': [p for p in sys.path if p],\n"
-    "  'packages': {(d.metadata['Name'] or ''): d.version for d in m.distributions()}}))\n"
+    "  'packages': packages, 'verl_folder': folder}))\n"
 )
 ASK_TIMEOUT_S = 60
 
@@ -52,12 +58,15 @@ class JobEnvironment:
     python: the interpreter asked (as given). version: its Python version (``3.11.7``).
     packages: ``{normalised distribution name: version}``. error: why it could not be asked
     (None when it answered); then ``packages`` is empty and nothing may be concluded from it.
+    verl_folder: the folder of the ``verl`` package it imports (an installed wheel's, an editable
+    checkout's, one on ``PYTHONPATH``), None when it has none.
     """
 
     python: str
     version: str = ""
     packages: Mapping[str, str] = dataclasses.field(default_factory=dict)
     error: str | None = None
+    verl_folder: str | None = None
 
     def version_of(self, distribution: str) -> str | None:
         """The installed version of ``distribution`` (any spelling), None when it is not installed."""
@@ -85,7 +94,9 @@ def job_python(cluster_python: str | None) -> str:
 
 
 def _cache_file(python: str) -> Path:
-    return cache_dir() / f"job-env-{hashlib.sha256(python.encode()).hexdigest()[:16]}.json"
+    # PYTHONPATH is handed to the job (sbatch exports it): a fork's checkout on it is another environment
+    seed = f"{python}\0{os.environ.get('PYTHONPATH', '')}"
+    return cache_dir() / f"job-env-{hashlib.sha256(seed.encode()).hexdigest()[:16]}.json"
 
 
 def _stamps(python: str, folders: list[str]) -> dict[str, int]:
@@ -104,7 +115,7 @@ def _kept(python: str) -> JobEnvironment | None:
         kept = json.loads(_cache_file(python).read_text())
         if kept["stamps"] != _stamps(python, list(kept["stamps"])[1:]):
             return None
-        return JobEnvironment(python, kept["version"], kept["packages"])
+        return JobEnvironment(python, kept["version"], kept["packages"], verl_folder=kept.get("verl_folder"))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -145,8 +156,10 @@ def ask(python: str) -> JobEnvironment:
         target.parent.mkdir(parents=True, exist_ok=True)
         temp = target.with_suffix(f".{os.getpid()}.tmp")
         stamps = _stamps(python, folders)
-        temp.write_text(json.dumps({"stamps": stamps, "version": answer["version"], "packages": packages}))
+        kept = {"version": answer["version"], "packages": packages, "verl_folder": answer.get("verl_folder")}
+        temp.write_text(json.dumps({"stamps": stamps, **kept}))
         os.replace(temp, target)
     except OSError:
         pass  # an unwritable cache only means the next command asks again
-    return JobEnvironment(python, answer["version"], packages)
+    return JobEnvironment(python, answer["version"], packages, verl_folder=answer.get("verl_folder"))
+

@@ -42,7 +42,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpokit.config.overrides import flat_base
 from grpokit.config.point import PointSpec, logger_backends
-from grpokit.problems import Problem
+from grpokit.problems import Problem, note
 from grpokit.validate.job_environment import JobEnvironment
 
 #: verl's ``trainer.logger`` backends -> the distribution ``verl/utils/tracking.py`` imports for it.
@@ -69,15 +69,18 @@ _WANDB_QUIET = ("offline", "disabled", "dryrun")
 
 
 @functools.cache
-def verl_logger_backends() -> tuple[str, ...]:
-    """``Tracking.supported_backend`` of the installed verl, read from its source (no import).
+def verl_logger_backends(folder: str | None = None) -> tuple[str, ...]:
+    """``Tracking.supported_backend`` of the verl in ``folder`` (the job's, a fork's), else of the
+    installed verl, read from its source (no import).
 
     Returns () when the file or the list is not found (then no backend name is refused).
     """
-    spec = importlib.util.find_spec("verl")
-    if spec is None or not spec.submodule_search_locations:
-        return ()
-    source = Path(next(iter(spec.submodule_search_locations))) / "utils" / "tracking.py"
+    if folder is None:
+        spec = importlib.util.find_spec("verl")
+        if spec is None or not spec.submodule_search_locations:
+            return ()
+        folder = next(iter(spec.submodule_search_locations))
+    source = Path(folder) / "utils" / "tracking.py"
     try:
         tree = ast.parse(source.read_text())
     except (OSError, SyntaxError):
@@ -118,7 +121,7 @@ def _trains(env: JobEnvironment) -> bool:
 def _logger_problems(spec: PointSpec, cfg: DictConfig, env: JobEnvironment, environ: dict[str, str]) -> list[Problem]:
     problems = []
     key = "verl.trainer.logger"
-    supported = verl_logger_backends()
+    supported = verl_logger_backends(env.verl_folder if env.error is None else None)
     for backend in _loggers(cfg):
         if supported and backend not in supported and backend != "tracking":
             problems.append(
@@ -167,28 +170,31 @@ def _logger_problems(spec: PointSpec, cfg: DictConfig, env: JobEnvironment, envi
     return problems
 
 
-def check_verl(env: JobEnvironment) -> list[Problem]:
-    """The sweep is validated against this command's verl: the job's Python must have the same one.
+def check_verl(env: JobEnvironment, experiment: str = "verl_script") -> list[Problem]:
+    """The job's verl must be a release the kit is tested with (:mod:`grpokit.validate.verl_release`;
+    the packaged experiments need a narrower range than a ``verl_script=`` run).
 
-    One problem when the job's Python (asked, :mod:`grpokit.validate.job_environment`) has another
-    verl version or none; [] when it has the same, or could not be asked.
+    The job's verl is the job's Python's (asked, :mod:`grpokit.validate.job_environment`), else,
+    when it could not be asked, this command's. Another verl than this command's is not refused:
+    the points are validated against it (:mod:`grpokit.validate.job_verl`). One problem, or [].
     """
-    from grpokit.validate.job_environment import local_verl
+    from grpokit.validate import verl_release
+    from grpokit.validate.job_verl import target
 
-    here, folder = local_verl()
-    there = env.version_of("verl")
-    if env.error is not None or there == here:
-        return []
-    what = f"verl {there}" if there else "no verl"
-    return [
-        Problem(
-            "all points",
-            "cluster.python",
-            f"{_who(env)} has {what}; the points were validated against verl {here} here ({folder}): "
-            "what passes here may be refused there",
-            f"run the sweep command from the job's environment (its verl), or install verl=={here} there",
+    if env.error is None and env.version_of("verl") is None:
+        return verl_release.check(None, _who(env), packaged=False)
+    verl = target(env)
+    who = _who(env) if env.error is None else "this command's Python (the job's could not be asked)"
+    where = f"at {verl.folder}, {who}" if verl.folder else who
+    packaged = experiment != "verl_script"
+    found = verl_release.check(verl.version, where, packaged=packaged, experiment=experiment)
+    if not found and not packaged and not verl_release.within(verl.version or "", verl_release.EXPERIMENTS):
+        note(
+            f"verl {verl.version} has no v1 trainer (verl.trainer.ppo.v1, from 0.9.0): the kit's save before a "
+            "preemption or the time limit does not run; a requeued job resumes from its last "
+            "verl.trainer.save_freq checkpoint"
         )
-    ]
+    return found
 
 
 def wandb_key_found(environ: dict[str, str]) -> bool:

@@ -43,8 +43,25 @@ def read_registries() -> dict[str, list[str]]:
     return out
 
 
-@functools.lru_cache(maxsize=1)
+#: The job's verl's registries when they are not this process's (:func:`use`), else None.
+_job: dict[str, list[str]] | None = None
+
+
+def use(found: dict[str, list[str]] | None) -> None:
+    """Check names against ``found`` (the job's verl's registries, read by
+    :mod:`grpokit.validate.verl_worker` in the job's Python); None: this process's verl again."""
+    global _job
+    _job = found
+
+
 def registries() -> dict[str, list[str]]:
+    """The registries the points are checked against: the job's (:func:`use`), else this
+    process's verl's (:func:`installed`)."""
+    return _job if _job is not None else installed()
+
+
+@functools.lru_cache(maxsize=1)
+def installed() -> dict[str, list[str]]:
     """:func:`read_registries`, kept in the kit's cache folder under a digest of verl's version
     and the path, size and time of each registry's source file."""
     from grpokit.config.verl_schema import _version, cached_json, verl_config_dir

@@ -1,7 +1,8 @@
 """The package's layers: imports go downward only and no module imports itself back through others.
 
 Read from the source (every ``import`` and ``from ... import``, at module level and inside
-functions: a deferred import is still a dependency), not by importing. The layers, lowest first
+functions: a deferred import is still a dependency; and every ``python -m grpokit.x.y`` a module
+starts, :func:`run_module_targets`), not by importing. Relative imports are refused. The layers, lowest first
 (ARCHITECTURE.md draws them):
 
 0. ``paths``, ``problems``, ``procs``, ``models``, ``rehearsal``: leaves (files, the Problem record,

@@ -255,3 +255,13 @@ def test_argparse_of_the_sidecar_flags_round_trips():
         x for f in dataclasses.fields(options) for x in (f"--{f.name.replace('_', '-')}", str(getattr(options, f.name)))
     ]
     assert ServerOptions(**options_of(parser.parse_args(argv), ServerOptions)) == options
+
+
+def test_a_sidecar_key_left_to_its_default_is_set_without_a_plus():
+    """Removing a restatement from an experiment file keeps ``sidecars.<name>.<key>=v`` working."""
+    from grpokit.validate.command_line import check
+
+    argv, problems = check(["experiment=memalpha_grpo", "sidecars.answer_llm.start_timeout_s=120"])
+    assert (argv[-1], problems) == ("++sidecars.answer_llm.start_timeout_s=120", [])
+    _, problems = check(["experiment=memalpha_grpo", "sidecars.nosuch.start_timeout_s=120"])
+    assert [p.key for p in problems] == ["sidecars.nosuch.start_timeout_s"]  # no such sidecar: still refused

@@ -1,7 +1,8 @@
 """The package's layers: imports go downward only and no module imports itself back through others.
 
 Read from the source (every ``import`` and ``from ... import``, at module level and inside
-functions: a deferred import is still a dependency), not by importing. The layers, lowest first
+functions: a deferred import is still a dependency; and every ``python -m grpokit.x.y`` a module
+starts, :func:`run_module_targets`), not by importing. Relative imports are refused. The layers, lowest first
 (ARCHITECTURE.md draws them):
 
 0. ``paths``, ``problems``, ``procs``, ``models``, ``rehearsal``: leaves (files, the Problem record,
@@ -9,14 +10,16 @@ functions: a deferred import is still a dependency), not by importing. The layer
 1. ``config``, ``slurm``: the typed settings and composed points; every Slurm fact and command
 2. ``run_folder``, ``validate``, ``serving``: the run-folder contract; checks before submission; `vllm serve`
 3. ``runtime``, ``tasks``, ``reports``: the in-job driver; the workloads; tables and plots
-4. ``submit``, ``evaluation``: sweeps, arrays, resubmission, halving; merge and compare
-5. ``cli`` and the Hydra plugins: the commands
+4. ``evaluation``: merge, serve and compare; the chained job
+5. ``submit``: sweeps, arrays, resubmission, halving, chains (it submits the chained job: ``-m``)
+6. ``cli`` and the Hydra plugins: the commands
 """
 
 from __future__ import annotations
 
 import ast
 import collections
+import re
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -26,7 +29,8 @@ LAYERS = [
     {"config", "slurm"},
     {"run_folder", "validate", "serving"},
     {"runtime", "tasks", "reports"},
-    {"submit", "evaluation"},
+    {"evaluation"},
+    {"submit"},
     {"cli", "hydra_plugins"},
 ]
 LAYER_OF = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
@@ -43,12 +47,47 @@ def modules() -> dict[str, Path]:
     return out
 
 
+#: ``-m grpokit.x.y`` (or ``-m hydra_plugins...``) inside a string: a process started on that module.
+_DASH_M = re.compile(r"(?:^|\s)-m\s+((?:grpokit|hydra_plugins)(?:\.\w+)+)")
+
+
+def _module_constants(tree: ast.Module) -> dict[str, str]:
+    """The module's ``NAME = "text"`` assignments at top level (``JOB_MODULE = "grpokit..."``)."""
+    out = {}
+    for node in tree.body:
+        value = getattr(node, "value", None)
+        if isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(value, ast.Constant):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            out.update({t.id: value.value for t in targets if isinstance(t, ast.Name) and isinstance(value.value, str)})
+    return out
+
+
+def run_module_targets(tree: ast.Module) -> list[str]:
+    """The modules a file starts as processes: ``-m grpokit.x.y`` in a string literal (a docstring's
+    usage line too), and an argv list or tuple whose ``"-m"`` is followed by a literal or a module-level
+    constant naming the module (``[sys.executable, "-m", JOB_MODULE, ...]``)."""
+    constants = _module_constants(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found += _DASH_M.findall(node.value)
+        elif isinstance(node, ast.List | ast.Tuple):
+            for before, after in zip(node.elts, node.elts[1:], strict=False):
+                if isinstance(before, ast.Constant) and before.value == "-m":
+                    value = after.value if isinstance(after, ast.Constant) else constants.get(getattr(after, "id", ""))
+                    if isinstance(value, str):
+                        found.append(value)
+    return found
+
+
 def import_graph() -> dict[str, set[str]]:
-    """Module -> the kit's modules it imports (``from pkg import sub`` counts as ``pkg.sub``)."""
+    """Module -> the kit's modules it imports (``from pkg import sub`` counts as ``pkg.sub``), or
+    starts as a process (``python -m pkg.mod``: :func:`run_module_targets`)."""
     mods = modules()
     graph: dict[str, set[str]] = collections.defaultdict(set)
     for name, path in mods.items():
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
             targets = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
@@ -57,7 +96,45 @@ def import_graph() -> dict[str, set[str]]:
                 named = [a.name for a in node.names if f"{node.module}.{a.name}" not in mods]
                 targets = subs + ([node.module] if named else [])
             graph[name].update(t for t in targets if t in mods and t != name)
+        graph[name].update(t for t in run_module_targets(tree) if t in mods and t != name)
     return graph
+
+
+def relative_imports(text: str, where: str) -> list[str]:
+    """``<where>:<line>: from .x import ...`` for each relative import in the source ``text``."""
+    return [
+        f"{where}:{node.lineno}: from {'.' * node.level}{node.module or ''} import ..."
+        for node in ast.walk(ast.parse(text))
+        if isinstance(node, ast.ImportFrom) and node.level > 0
+    ]
+
+
+def test_no_relative_imports():
+    """``from . import x`` hides which package a module depends on (and this test reads names): use
+    the absolute name."""
+    assert relative_imports("import os\nfrom .. import a\nfrom .b import c\n", "m.py") == [
+        "m.py:2: from .. import ...",
+        "m.py:3: from .b import ...",
+    ]
+    found = [
+        hit for path in modules().values() for hit in relative_imports(path.read_text(), str(path.relative_to(SRC)))
+    ]
+    assert not found, "relative imports (write the absolute grpokit.<package>.<module>):\n" + "\n".join(found)
+
+
+def test_dash_m_module_strings_count_as_imports():
+    """A process started on a module depends on it like an import: both forms are read."""
+    tree = ast.parse(
+        'JOB = "grpokit.evaluation.chained_job"\n'
+        '"""usage: python -m grpokit.runtime.driver <point.json>"""\n'
+        'argv = [sys.executable, "-m", JOB, "x"]\n'
+        'cmd = ("python", "-m", "grpokit.rehearsal.rehearsal_trainer")\n'
+    )
+    assert sorted(run_module_targets(tree)) == [
+        "grpokit.evaluation.chained_job",
+        "grpokit.rehearsal.rehearsal_trainer",
+        "grpokit.runtime.driver",
+    ]
 
 
 def package(module: str) -> str:

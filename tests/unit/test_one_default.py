@@ -51,7 +51,9 @@ SIDECAR_PART = pytest.mark.xfail(
 )
 #: Python defaults equal to a schema default of the same name that are a setting of their own (why).
 OWN_SETTINGS = {
-    ("cli/serve_eval.py", "max_model_len"): "serve-eval's own vLLM servers (base and trained model), not a sidecar",
+    ("evaluation/serve_compare.py", "max_model_len"): (
+        "serve-eval's own vLLM servers (base and trained model), not a sidecar"
+    ),
 }
 
 
@@ -214,10 +216,11 @@ def test_no_yaml_file_restates_a_schema_default():
     assert not restated, "name only what differs from grpokit.config.schema:\n" + "\n".join(restated)
 
 
-@SIDECAR_PART
-def test_no_experiment_file_restates_a_sidecar_default():
-    restated = [r for r in yaml_restatements() if "sidecars." in r]
-    assert not restated, "name only what differs from grpokit.config.schema:\n" + "\n".join(restated)
+# Sidecar values in experiment files:
+# tests/unit/test_task_plugins.py::test_no_experiment_file_restates_a_sidecar_default checks each
+# against what applies without it (the base file's value, else the schema default): an experiment that
+# extends another may set a schema default to undo its base's value (memalpha_grpo_full's
+# 0.9 against memalpha_grpo's 0.55), which this file's scan cannot tell from a restatement.
 
 
 # -- Python ---------------------------------------------------------------------------------------------------
@@ -302,7 +305,6 @@ def test_no_python_code_restates_a_schema_default():
     assert not found, "read the setting from its dataclass (grpokit.config.schema):\n" + "\n".join(found)
 
 
-@SIDECAR_PART
 def test_no_python_code_restates_a_sidecar_default():
     found = [line for full, line in python_restatements() if full.startswith("sidecars.")]
     assert not found, "read the setting from its dataclass (grpokit.config.schema):\n" + "\n".join(found)

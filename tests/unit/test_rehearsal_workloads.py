@@ -41,9 +41,9 @@ def point(overrides: list[str]):
 
 
 def test_a_vllm_sidecar_without_a_command_is_served_by_the_rehearsal_answer_server():
-    vllm = SidecarConf(kind="vllm", model="/m", served_model_name="memalpha-answer", gpus=1)
-    memory = SidecarConf(kind="memory_server", answer="answer_llm")
-    own = SidecarConf(kind="vllm", command=["python", "mine.py", "--port", "{port}"], served_model_name="x")
+    vllm = SidecarConf.of(dict(kind="vllm", model="/m", served_model_name="memalpha-answer", gpus=1))
+    memory = SidecarConf.of(dict(kind="memory_server", answer="answer_llm"))
+    own = SidecarConf.of(dict(kind="vllm", command=["python", "mine.py", "--port", "{port}"], served_model_name="x"))
     out = rehearsal_sidecars({"answer_llm": vllm, "memory_server": memory, "own": own})
     assert out["answer_llm"].command == answer_server_command("memalpha-answer")
     assert out["answer_llm"].kind == "vllm"  # its key still travels in VLLM_API_KEY
@@ -62,7 +62,12 @@ def test_a_vllm_sidecar_without_a_command_is_served_by_the_rehearsal_answer_serv
     ]
     # a served name with braces survives the job's str.format of the template
     odd = Sidecar(
-        "a", rehearsal_sidecars({"a": SidecarConf(kind="vllm", served_model_name="m{1}")})["a"], "h", 1, "", Path("x")
+        "a",
+        rehearsal_sidecars({"a": SidecarConf.of(dict(kind="vllm", served_model_name="m{1}"))})["a"],
+        "h",
+        1,
+        "",
+        Path("x"),
     )
     assert build_command(odd, {})[-1] == "m{1}"
 

@@ -1,10 +1,11 @@
 """Build a task's train/test parquet files in verl's row format.
 
-python launch/prepare_data.py gsm8k --source openai/gsm8k --out data/gsm8k
-python launch/prepare_data.py memalpha --source nlu:../shared/data/nlu --out data/memalpha
-python launch/prepare_data.py tool_memory --out data/tool_memory --num-train 256 --num-test 32
+python launch/prepare_data.py <task> --out data/<task> [the task's flags]   (README: each task's line)
+python launch/prepare_data.py <task> --help
 
-Every input row is checked first; a bad one is named (file, line, field, fix) and nothing is written.
+The tasks are those that bring a data builder (grpokit.config.task_registry: a task's ``data``
+module has ``add_arguments(parser)`` and ``main(args)``). Every input row is checked first; a bad
+one is named (file, line, field, fix) and nothing is written.
 The files are written to a temporary folder beside --out and moved in only when both splits
 succeeded, with a manifest.json (source, rows, sha256 of every file).
 """
@@ -16,13 +17,13 @@ import importlib
 import logging
 import sys
 
+from grpokit.config.task_registry import tasks
 from grpokit.tasks.prepared import DataError
 
-TASKS = {
-    "gsm8k": "grpokit.tasks.gsm8k.data",
-    "memalpha": "grpokit.tasks.memalpha.data",
-    "tool_memory": "grpokit.tasks.tool_memory.data",
-}
+
+def data_builders() -> dict[str, str]:
+    """Task name -> the module that builds its parquet files, for every task that brings one."""
+    return {name: task.data for name, task in tasks().items() if task.data}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="task", required=True)
     modules = {}
-    for task, module_name in TASKS.items():
+    for task, module_name in data_builders().items():
         module = importlib.import_module(module_name)
         modules[task] = module
         module.add_arguments(sub.add_parser(task, help=(module.__doc__ or "").strip().splitlines()[0]))

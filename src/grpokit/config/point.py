@@ -75,7 +75,9 @@ class PointSpec:
         self.sidecars = {name: SidecarConf.of(value) for name, value in self.sidecars.items()}
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=2, default=str)
+        data = dataclasses.asdict(self)
+        data["sidecars"] = {name: spec.flat() for name, spec in self.sidecars.items()}  # as the file has them
+        return json.dumps(data, indent=2, default=str)
 
     @classmethod
     def from_json(cls, text: str) -> PointSpec:

@@ -537,16 +537,50 @@ class RuntimeConf(_Section):
 
 
 @dataclasses.dataclass(kw_only=True)
+class VllmSettings:
+    """``sidecars.<name>`` of ``kind: vllm``: ``vllm serve``'s flags of the same names (``-`` as ``_``);
+    :class:`grpokit.serving.vllm.VllmServe` is these settings plus where it listens (and
+    ``gpu_memory_utilization``, a key every sidecar has: :class:`SidecarConf`)."""
+
+    # A Hugging Face folder or hub id (vllm serve's model argument).
+    model: str | None = None
+    # The name clients ask for.
+    served_model_name: str | None = None
+    dtype: str = "auto"
+    # Tokens (prompt + answer).
+    max_model_len: int = 2048
+    # Sequences batched at once.
+    max_num_seqs: int = 8
+    enforce_eager: bool = False
+    # More `vllm serve` arguments, as given.
+    extra_args: list[str] = dataclasses.field(default_factory=list)
+
+
+#: The kit's own sidecar kind; a task brings its own kinds (grpokit.config.task_registry).
+BUILTIN_SIDECAR_KINDS: dict[str, type] = {"vllm": VllmSettings}
+
+
+def sidecar_kind_settings() -> dict[str, type]:
+    """Each sidecar kind's settings dataclass: ``vllm`` (:class:`VllmSettings`) and every task's kinds."""
+    from grpokit.config.task_registry import sidecar_kinds
+
+    return {**BUILTIN_SIDECAR_KINDS, **{name: kind.settings for name, kind in sidecar_kinds().items()}}
+
+
+@dataclasses.dataclass(kw_only=True)
 class SidecarConf(_Section):
     """``sidecars.<name>``: one server the job starts next to the trainer (grpokit.runtime.processes.sidecars).
 
-    ``kind: vllm`` is ``vllm serve``; ``kind: memory_server`` the kit's Mem-α memory server; any
-    kind with a ``command`` runs that command instead (stand-ins in tests).
+    The keys every sidecar has are these fields; the kind's own keys (flat in the file, beside
+    these) are the kind's settings dataclass in ``settings``: :class:`VllmSettings` for ``kind:
+    vllm`` (``vllm serve``), a task's for a kind it brings (``memory_server``: the memory-RL task's
+    memory server, grpokit.config.task_registry); any kind with a ``command`` runs that command
+    instead (stand-ins in tests). ``spec.<key>`` reads a key of either part.
     """
 
     _section = "sidecars.<name>"
 
-    # vllm | memory_server | null (then `command` is required).
+    # vllm | a task's kind (memory_server) | null (then `command` is required).
     kind: str | None = None
     # A command template instead of the kind's own ({python}, {host}, {port} are filled in; a first
     # word python is the job's interpreter).
@@ -559,26 +593,81 @@ class SidecarConf(_Section):
     gpus: int = 0
     # shared: on the trainer's first GPU next to the rollout engine; dedicated: GPUs of its own.
     placement: str = "shared"
+    # Fraction (0, 1] of each of its GPUs' total memory it takes: the GPU plan counts it (with
+    # gpus > 0), and it is vllm serve's --gpu-memory-utilization for kind vllm.
+    gpu_memory_utilization: float = 0.9
     # reward_kwargs handed to verl's reward function; "{url}" is the sidecar's address.
     reward_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
-    # --- kind: vllm (vllm serve's flags of the same names)
-    model: str | None = None
-    served_model_name: str | None = None
-    dtype: str = "auto"
-    max_model_len: int = 2048
-    gpu_memory_utilization: float = 0.9
-    max_num_seqs: int = 8
-    enforce_eager: bool = False
-    # More `vllm serve` arguments, as given.
-    extra_args: list[str] = dataclasses.field(default_factory=list)
-    # --- kind: memory_server (grpokit.tasks.memalpha.server's flags of the same names)
-    # The sidecar (by name) serving the answer LLM.
-    answer: str | None = None
-    tokenizer: str | None = None
-    top_k: int = 20
-    max_prompt_tokens: int = 30000
-    concurrency: int = 8
-    timeout_s: float = 60
+    # The kind's own keys (an instance of its settings dataclass); None for a kind without one.
+    settings: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        # only for names that are not the common fields: the kind's own keys (spec.model, spec.top_k)
+        settings = self.__dict__.get("settings")
+        if name.startswith("_") or settings is None or name not in {f.name for f in dataclasses.fields(settings)}:
+            raise AttributeError(f"sidecars.<name> of kind {self.__dict__.get('kind')!r} has no key {name!r}")
+        return getattr(settings, name)
+
+    @classmethod
+    def _common(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls) if f.name != "settings")
+
+    @classmethod
+    def _names(cls, kind: str | None = "*") -> tuple[str, ...]:
+        """The keys of ``sidecars.<name>`` of ``kind``: the common ones, then the kind's own (every
+        kind's for ``"*"``, the default: a key the command line may name before the kind is known)."""
+        kinds = sidecar_kind_settings()
+        own = kinds.values() if kind == "*" else [kinds[kind]] if kind in kinds else []
+        extra = [f.name for settings in own for f in dataclasses.fields(settings)]
+        return tuple(dict.fromkeys([*cls._common(), *extra]))
+
+    @classmethod
+    def of(cls, value: Any) -> SidecarConf:
+        """An instance from an instance or a flat mapping (a point.json's, a test's), the kind's own
+        keys beside the common ones. Another kind's key is dropped: a point.json written before the
+        split holds every kind's keys of each sidecar (with their defaults).
+
+        Raises:
+            ValueError: a key no kind has (names it and the closest key).
+        """
+        if isinstance(value, cls):
+            return value
+        data = _plain(value)
+        known = set(cls._names(data.get("kind")))
+        data = {k: v for k, v in data.items() if k in known or k not in cls._names()}
+        return _split_sidecar(data, lambda part, settings_cls: part)
+
+    def flat(self) -> dict[str, Any]:
+        """The settings as the file has them: the common keys and the kind's own, one mapping."""
+        data = {k: getattr(self, k) for k in self._common()}
+        own = dataclasses.asdict(self.settings) if self.settings is not None else {}
+        return {**data, **own}
+
+
+def _split_sidecar(data: dict[str, Any], typed) -> SidecarConf:
+    """``SidecarConf`` of the flat ``data``: the common keys and the kind's settings, each part passed
+    through ``typed(part, settings class)`` first (type checks); a key the kind lacks is refused."""
+    kind = data.get("kind")
+    allowed = SidecarConf._names(kind)
+    unknown = [k for k in data if k not in allowed]
+    if unknown:
+        import difflib
+
+        kinds = sidecar_kind_settings()
+        owners = [k for k, cls in kinds.items() if unknown[0] in {f.name for f in dataclasses.fields(cls)}]
+        close = difflib.get_close_matches(unknown[0], allowed, n=1, cutoff=0.6)
+        if owners:
+            hint = f"it is a key of kind {' / '.join(owners)}; this sidecar's kind is {kind}"
+        elif close:
+            hint = f"did you mean sidecars.<name>.{close[0]}?"
+        else:
+            hint = f"the keys of kind {kind} are {', '.join(allowed)}"
+        raise ValueError(f"sidecars.<name>.{unknown[0]}: no such key; {hint}")
+    settings_cls = sidecar_kind_settings().get(kind)
+    common = typed({k: v for k, v in data.items() if k in SidecarConf._common()}, SidecarConf)
+    own = {k: v for k, v in data.items() if k not in SidecarConf._common()}
+    settings = settings_cls(**typed(own, settings_cls)) if settings_cls is not None else None
+    return SidecarConf(**common, settings=settings)
 
 
 #: The steps ``after=[...]`` may chain after a point, in the order they run (grpokit.submit.chain).
@@ -742,26 +831,29 @@ def register() -> None:
 
 
 def sidecar_settings(name: str, value: Any) -> SidecarConf:
-    """``sidecars.<name>`` checked against :class:`SidecarConf`, as one (its defaults for keys left out).
+    """``sidecars.<name>`` checked against :class:`SidecarConf` and its kind's settings, as one (their
+    defaults for keys left out).
 
     Raises:
-        ValueError: one line naming ``sidecars.<name>.<key>``: a key SidecarConf does not have
-            (with the closest one) or a value of the wrong type.
+        ValueError: one line naming ``sidecars.<name>.<key>``: a key the kind does not have (with the
+            closest one) or a value of the wrong type.
     """
     from omegaconf import OmegaConf
     from omegaconf.errors import ConfigKeyError, ValidationError
 
-    data = _plain(value)
-    unknown = [k for k in data if k not in SidecarConf._names()]
-    if unknown:
-        close = _did_you_mean(SidecarConf, unknown[0]).replace("sidecars.<name>", f"sidecars.{name}")
-        raise ValueError(f"sidecars.{name}.{unknown[0]}: no such key; {close}")
+    def typed(part: dict[str, Any], settings_cls: type) -> dict[str, Any]:
+        try:
+            merged = OmegaConf.merge(OmegaConf.structured(settings_cls), part)
+        except (ConfigKeyError, ValidationError) as exc:
+            key = getattr(exc, "full_key", "") or ""
+            raise ValueError(f"sidecars.{name}.{key}: {str(exc).splitlines()[0]}") from None
+        out = OmegaConf.to_container(merged, resolve=True)
+        return {k: v for k, v in out.items() if k != "settings"}
+
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(SidecarConf), data)
-    except (ConfigKeyError, ValidationError) as exc:
-        key = getattr(exc, "full_key", "") or ""
-        raise ValueError(f"sidecars.{name}.{key}: {str(exc).splitlines()[0]}") from None
-    return SidecarConf(**OmegaConf.to_container(merged, resolve=True))
+        return _split_sidecar(_plain(value), typed)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("sidecars.<name>.", f"sidecars.{name}.")) from None
 
 
 def section_notices(cfg_section: Mapping | None, section: str) -> list[str]:

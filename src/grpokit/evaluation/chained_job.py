@@ -5,9 +5,10 @@
 
 It starts only once the point's job ended with exit 0 (``afterok``) and runs the kit's own commands:
 ``merge`` is :func:`grpokit.evaluation.model_merge.merge_run` (verl's model merger) on the latest complete
-checkpoint into ``<run>/hf``; ``eval`` is ``grpokit serve-eval --run-dir <run>`` (base and merged
-model served by vLLM, scored on the point's ``data.val_files``) into ``<run>/eval/``. A ``hf/`` or
-``eval/`` already there (an earlier chain, before the point was resubmitted, or a hand-made merge)
+checkpoint into ``<run>/hf``; ``eval`` is ``grpokit serve-eval --run-dir <run>``
+(:mod:`grpokit.evaluation.serve_compare`: base and merged model served by vLLM, scored on the point's
+``data.val_files``) into ``<run>/eval/``. A ``hf/`` or ``eval/`` already there (an earlier chain,
+before the point was resubmitted, or a hand-made merge)
 is moved aside to ``hf.<time>`` / ``eval.<time>``, never overwritten.
 
 ``<run>/chain_status.json``, written atomically at each change::
@@ -124,7 +125,7 @@ def run_chain(run_dir: Path, steps: list[str], eval_args: list[str]) -> dict[str
         if "eval" in steps:
             step = "eval"
             t = time.monotonic()
-            argv = [sys.executable, "-m", "grpokit.cli.serve_eval", "--run-dir", str(run_dir), *eval_args]
+            argv = [sys.executable, "-m", "grpokit.evaluation.serve_compare", "--run-dir", str(run_dir), *eval_args]
             done = subprocess.run(argv, stderr=subprocess.PIPE, text=True)
             sys.stderr.write(done.stderr)
             if done.returncode != 0:

@@ -11,6 +11,7 @@ own (``vllm serve --help``; ``vllm/engine/arg_utils.py``), as verl 0.9.1's ``ver
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import secrets
@@ -18,13 +19,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import httpx
 
 from grpokit import procs
+from grpokit.config.schema import SidecarConf, VllmSettings
 
 log = logging.getLogger(__name__)
 
@@ -33,35 +34,26 @@ API_KEY_ENV = "VLLM_API_KEY"
 #: vLLM opens its internal ports (engine core, ...) from this one upwards.
 INTERNAL_PORT_ENV = "VLLM_PORT"
 
-if TYPE_CHECKING:
-    from grpokit.config.schema import SidecarConf
-
 
 class ServerError(RuntimeError):
     """A server exited during start-up or did not answer in time; the message quotes its log's tail."""
 
 
 @dataclass(kw_only=True)
-class VllmServe:
-    """One ``vllm serve`` process's settings (vLLM's flag names, ``-`` as ``_``).
+class VllmServe(VllmSettings):
+    """One ``vllm serve`` process's settings: :class:`grpokit.config.schema.VllmSettings` (vLLM's flag
+    names, ``-`` as ``_``, each default stated there) and where it listens.
 
     model: a Hugging Face folder or hub id. served_model_name: the name clients ask for.
     host, port: where it listens (``http://host:port/v1`` is the OpenAI API).
-    gpu_memory_utilization: fraction (0, 1] of each visible GPU's memory vLLM may take.
-    max_model_len: tokens (prompt + answer). max_num_seqs: sequences batched at once.
-    extra_args: further ``vllm serve`` flags, as given.
     """
 
     model: str
     served_model_name: str
     host: str
     port: int
-    dtype: str = "auto"
-    max_model_len: int = 2048
-    gpu_memory_utilization: float = 0.9
-    max_num_seqs: int = 8
-    enforce_eager: bool = False
-    extra_args: list[str] = field(default_factory=list)
+    # fraction (0, 1] of each visible GPU's total memory vLLM may take (a key of every sidecar)
+    gpu_memory_utilization: float = SidecarConf.gpu_memory_utilization
 
     @property
     def base_url(self) -> str:
@@ -70,15 +62,19 @@ class VllmServe:
 
     @classmethod
     def from_sidecar(cls, spec: SidecarConf, *, host: str, port: int) -> VllmServe:
-        """From a ``sidecars.<name>`` section of kind ``vllm`` (its fields of these names)."""
-        known = ("dtype", "max_model_len", "gpu_memory_utilization", "max_num_seqs", "enforce_eager")
+        """From a ``sidecars.<name>`` section of kind ``vllm`` (its :class:`VllmSettings`)."""
+        own = dataclasses.asdict(spec.settings)
+        known = {
+            k: v for k, v in own.items() if k not in ("model", "served_model_name", "extra_args") and v is not None
+        }
         return cls(
             model=str(spec.model),
             served_model_name=str(spec.served_model_name),
             host=host,
             port=int(port),
+            gpu_memory_utilization=spec.gpu_memory_utilization,
             extra_args=[str(a) for a in spec.extra_args or []],
-            **{k: getattr(spec, k) for k in known if getattr(spec, k) is not None},
+            **known,
         )
 
     def command(self, python: str | None = None) -> list[str]:

@@ -7,6 +7,8 @@ What Hydra alone would do with a user's override, and what the kit does instead:
 - ``+key`` for a key the kit's files already set (the reference run's
   ``+actor_rollout_ref.model.override_config.attn_implementation=eager``, passed as ``+verl....``):
   Hydra refuses "Could not append to config"; here it is an update (handed on as ``++key``).
+- ``sidecars.<name>.<key>=v`` for a sidecar key the experiment file leaves to its default (Hydra:
+  "Key not in struct"): set (handed on as ``++key``), as a key of the typed sections is.
 - a value of the wrong type (``verl.data.max_response_length=1k``) or a negative size
   (``verl.actor_rollout_ref.rollout.n=-3``): Hydra takes it and the failure surfaces later on a
   derived key, or not at all; here it is one problem on the key the user typed.
@@ -97,6 +99,19 @@ def _kit_open(key: str) -> bool:
     if parts[0] == "sidecars" and len(parts) == 3:  # sidecars.<name>.<key>: one of SidecarConf's keys
         return parts[2] in SidecarConf._names()
     return any(parent == p or parent.startswith(p + ".") for p in OPEN_KIT_PARENTS) or parent.endswith(".env")
+
+
+def _sidecar_default(cfg: DictConfig, key: str) -> bool:
+    """``sidecars.<name>.<key>`` of a sidecar the config has, a key the experiment file leaves to its
+    default (not in the composed config, yet a key of SidecarConf or of a sidecar kind): set without
+    ``+`` as any other default is (the kind's check types it: grpokit.config.schema.sidecar_settings)."""
+    parts = key.split(".")
+    return (
+        len(parts) == 3
+        and parts[0] == "sidecars"
+        and _node(cfg, f"sidecars.{parts[1]}") is not None
+        and (parts[2] in SidecarConf._names())
+    )
 
 
 def _is_open(cfg: DictConfig, key: str) -> bool:
@@ -350,6 +365,9 @@ def check(argv: list[str]) -> tuple[list[str], list[Problem]]:
             continue
         nodes = [_node(cfg, key) for cfg in configs]
         exists = all(n is not None for n in nodes)
+        if not exists and not (o.is_add() or o.is_force_add()) and _sidecar_default(configs[0], key):
+            out[pos] = "++" + argv[pos]  # a sidecar key its file leaves to its default: set it
+            continue
         if not exists:
             if (o.is_add() or o.is_force_add()) and key.startswith("verl.") and verl_legacy.legacy(key[5:]):
                 continue  # +verl.reward_model.reward_kwargs...: each point refuses it naming the key verl reads

@@ -1,4 +1,8 @@
-"""The job's sidecar servers (the vLLM answer server, the memory server, ...): start, gate, watch, stop.
+"""The job's sidecar servers (the vLLM answer server, a task's servers, ...): start, gate, watch, stop.
+
+``kind: vllm`` is the kit's own (:mod:`grpokit.serving.vllm`); any other kind is one a task brings
+(its command line, key variable and peers' keys: :class:`grpokit.config.task_registry.SidecarKind`),
+so this module names no task.
 
 Each sidecar is declared in the experiment config under ``sidecars.<name>`` and gets its own
 port(s), its own API key (passed in the environment, never on the command line or in a log), its
@@ -19,14 +23,29 @@ from typing import Any
 
 from grpokit import procs
 from grpokit.config.schema import SidecarConf
+from grpokit.config.task_registry import SidecarKind, sidecar_kinds
 from grpokit.runtime.decisions.start_errors import SidecarError
 from grpokit.runtime.processes import ports
 from grpokit.serving import vllm
 
 log = logging.getLogger(__name__)
 
-#: Environment variable carrying each kind's client key (vLLM reads VLLM_API_KEY itself).
-KEY_ENV = {"vllm": vllm.API_KEY_ENV, "memory_server": "GRPOKIT_MEMORY_SERVER_KEY"}
+#: Environment variable carrying a ``vllm`` sidecar's client key (vLLM reads VLLM_API_KEY itself).
+VLLM_KEY_ENV = vllm.API_KEY_ENV
+#: ... of a sidecar whose kind names none (a ``command`` stand-in).
+OTHER_KEY_ENV = "GRPOKIT_SIDECAR_KEY"
+
+
+def _task_kind(kind: str | None) -> SidecarKind | None:
+    return sidecar_kinds().get(kind) if kind and kind != "vllm" else None
+
+
+def key_env(kind: str | None) -> str | None:
+    """The variable carrying a sidecar's client key: vLLM's, the task kind's, else None."""
+    if kind == "vllm":
+        return VLLM_KEY_ENV
+    task_kind = _task_kind(kind)
+    return task_kind.key_env if task_kind else None
 
 
 @dataclasses.dataclass
@@ -60,35 +79,6 @@ class Sidecar:
         return self.proc is not None and self.proc.poll() is None
 
 
-def _memory_server_command(sc: Sidecar, others: dict[str, Sidecar]) -> list[str]:
-    s = sc.spec
-    answer = others[s.answer]
-    cmd = [
-        sys.executable,
-        "-m",
-        "grpokit.tasks.memalpha.server",
-        "--host",
-        sc.host,
-        "--port",
-        str(sc.port),
-        "--answer-base-url",
-        f"{answer.url}/v1",
-        "--answer-model",
-        str(answer.spec.served_model_name),
-        "--top-k",
-        str(s.top_k),
-        "--concurrency",
-        str(s.concurrency),
-        "--timeout-s",
-        str(s.timeout_s),
-        "--max-prompt-tokens",
-        str(s.max_prompt_tokens),
-    ]
-    if s.tokenizer:
-        cmd += ["--tokenizer", str(s.tokenizer)]
-    return cmd
-
-
 def build_command(sc: Sidecar, others: dict[str, Sidecar]) -> list[str]:
     """The sidecar's command line: ``spec.command`` (a template, for stand-ins) or the kind's own.
 
@@ -105,9 +95,11 @@ def build_command(sc: Sidecar, others: dict[str, Sidecar]) -> list[str]:
     kind = sc.spec.kind
     if kind == "vllm":
         return vllm.VllmServe.from_sidecar(sc.spec, host=sc.host, port=sc.port).command()
-    if kind == "memory_server":
-        return _memory_server_command(sc, others)
-    raise SidecarError(f"sidecar {sc.name}: unknown kind {kind!r} (vllm, memory_server, or give a command)")
+    task_kind = _task_kind(kind)
+    if task_kind is not None:
+        return task_kind.command(sc, others)
+    known = ", ".join(["vllm", *sidecar_kinds()])
+    raise SidecarError(f"sidecar {sc.name}: unknown kind {kind!r} ({known}, or give a command)")
 
 
 def plan_sidecars(specs: dict[str, SidecarConf], *, host: str, log_dir: Path) -> dict[str, Sidecar]:
@@ -132,7 +124,7 @@ def plan_sidecars(specs: dict[str, SidecarConf], *, host: str, log_dir: Path) ->
 
 def client_env(sidecars: dict[str, Sidecar]) -> dict[str, str]:
     """Keys the trainer's reward workers need to call the sidecars (exported before Ray starts)."""
-    return {KEY_ENV[s.spec.kind]: s.key for s in sidecars.values() if s.spec.kind in KEY_ENV}
+    return {key_env(s.spec.kind): s.key for s in sidecars.values() if key_env(s.spec.kind)}
 
 
 def start(sc: Sidecar, others: dict[str, Sidecar], *, env: dict[str, str], cuda_devices: str | None) -> None:
@@ -141,12 +133,13 @@ def start(sc: Sidecar, others: dict[str, Sidecar], *, env: dict[str, str], cuda_
     env = vllm.server_env(
         env,
         sc.key,
-        key_env=KEY_ENV.get(kind, "GRPOKIT_SIDECAR_KEY"),
+        key_env=key_env(kind) or OTHER_KEY_ENV,
         cuda_devices=cuda_devices,
         internal_port_base=sc.internal_port_base,
     )
-    if kind == "memory_server":
-        env["GRPOKIT_ANSWER_API_KEY"] = others[sc.spec.answer].key
+    task_kind = _task_kind(kind)
+    if task_kind is not None:  # the peers' keys it calls with (the memory server's answer server's)
+        env.update({variable: others[peer].key for variable, peer in task_kind.peer_keys(sc.spec).items()})
     cmd = build_command(sc, others)
     log.info("sidecar %s: %s", sc.name, " ".join(cmd))
     sc.proc = vllm.start(cmd, sc.log_path, env)

@@ -29,6 +29,8 @@ from typing import Any
 
 from rank_bm25 import BM25Okapi
 
+from grpokit.tasks.memalpha.settings import ServerOptions
+
 log = logging.getLogger(__name__)
 
 MemoryItem = dict[str, str]
@@ -199,8 +201,8 @@ def build_prompt(
     memory: Memory,
     question: str,
     *,
-    top_k: int = 20,
-    max_prompt_tokens: int = 30_000,
+    top_k: int = ServerOptions.top_k,
+    max_prompt_tokens: int = ServerOptions.max_prompt_tokens,
     count_tokens: TokenCounter = regex_token_count,
 ) -> BuiltPrompt:
     """Select memories for ``question`` and build the prompt under ``max_prompt_tokens``.

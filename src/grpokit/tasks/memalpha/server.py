@@ -58,11 +58,10 @@ from grpokit.tasks.memalpha.prompt import (
     parse_memory,
     regex_token_count,
 )
+from grpokit.tasks.memalpha.settings import ANSWER_KEY_ENV, SERVER_KEY_ENV, ServerOptions, add_flags, options_of
 
 log = logging.getLogger(__name__)
 
-SERVER_KEY_ENV = "GRPOKIT_MEMORY_SERVER_KEY"
-ANSWER_KEY_ENV = "GRPOKIT_ANSWER_API_KEY"
 #: How an item's reason starts when the answer server failed it (``error_kinds`` "answer_backend").
 ANSWER_FAILED = "answer model call failed"
 
@@ -75,19 +74,19 @@ def error_kind(reason: str | None) -> str | None:
 
 
 @dataclass(kw_only=True)
-class ServerSettings:
-    """Settings of one memory server process."""
+class ServerSettings(ServerOptions):
+    """Settings of one memory server process: :class:`~grpokit.tasks.memalpha.settings.ServerOptions`
+    (the sidecar's keys, each default stated there) and these; the command line is built from the
+    fields (:func:`build_arg_parser`)."""
 
-    answer_base_url: str  # OpenAI-compatible base URL of the answer server, ending in /v1
-    answer_model: str  # model name the answer server serves (vLLM --served-model-name)
-    tokenizer: str | None = None  # answer model's tokenizer for the token budget; None = regex count
-    top_k: int = 20  # memory items kept per type (semantic, episodic) before the budget lowers it
-    max_prompt_tokens: int = 30_000  # budget for system prompt + question
-    concurrency: int = 8  # answer calls in flight at once, over all requests
-    timeout_s: float = 60.0  # per answer call (connect, read, write, pool)
-    answer_retries: int = 1  # the OpenAI client's retries of one answer call (429/5xx/connection)
-    server_key: str | None = field(default=None, repr=False)  # clients' bearer key; None = no auth
-    answer_api_key: str | None = field(default=None, repr=False)  # key sent to the answer server
+    answer_base_url: str = field(metadata={"help": "answer server base URL, ending in /v1, e.g. http://h:8000/v1"})
+    answer_model: str = field(metadata={"help": "served model name of the answer server (vLLM --served-model-name)"})
+    answer_retries: int = field(
+        default=1, metadata={"help": "the OpenAI client's retries of one answer call (429/5xx/connection)"}
+    )
+    # clients' bearer key (None: no auth) and the key sent to the answer server: from the environment only
+    server_key: str | None = field(default=None, repr=False, metadata={"flag": False})
+    answer_api_key: str | None = field(default=None, repr=False, metadata={"flag": False})
 
     def __post_init__(self) -> None:
         for name in ("top_k", "max_prompt_tokens", "concurrency"):
@@ -327,20 +326,15 @@ def create_app(settings: ServerSettings, count_tokens: TokenCounter | None = Non
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
+    """The server's flags: ``--host``, ``--port``, ``--log-level`` and one per :class:`ServerSettings`
+    field (its default and help)."""
     p = argparse.ArgumentParser(
         prog="python -m grpokit.tasks.memalpha.server",
         description=f"Mem-α-compatible memory server. Keys from env {SERVER_KEY_ENV} and {ANSWER_KEY_ENV}.",
     )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=5005)
-    p.add_argument("--answer-base-url", required=True, help="answer server base URL, e.g. http://h:8000/v1")
-    p.add_argument("--answer-model", required=True, help="served model name of the answer server")
-    p.add_argument("--tokenizer", default=None, help="answer model tokenizer path/id, or 'none' for regex count")
-    p.add_argument("--top-k", type=int, default=20)
-    p.add_argument("--max-prompt-tokens", type=int, default=30_000)
-    p.add_argument("--concurrency", type=int, default=8)
-    p.add_argument("--timeout-s", type=float, default=60.0)
-    p.add_argument("--answer-retries", type=int, default=1)
+    add_flags(p, ServerSettings)
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -348,17 +342,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = build_arg_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    tokenizer = None if args.tokenizer in (None, "", "none", "None") else args.tokenizer
-    settings = ServerSettings.keys_from_env(
-        answer_base_url=args.answer_base_url,
-        answer_model=args.answer_model,
-        tokenizer=tokenizer,
-        top_k=args.top_k,
-        max_prompt_tokens=args.max_prompt_tokens,
-        concurrency=args.concurrency,
-        timeout_s=args.timeout_s,
-        answer_retries=args.answer_retries,
-    )
+    if args.tokenizer in ("", "none", "None"):  # --tokenizer none: the regex count
+        args.tokenizer = None
+    settings = ServerSettings.keys_from_env(**options_of(args, ServerSettings))
     log.info("memory server settings: %s (client auth %s)", settings, "on" if settings.server_key else "off")
     import uvicorn
 

@@ -110,7 +110,12 @@ def _files_digest(folders: list[Path]) -> str:
 def _request(specs) -> dict:
     return {
         "points": [
-            {"name": s.name, "verl_overrides": list(s.verl_overrides), "kit_overrides": list(s.kit_overrides)}
+            {
+                "name": s.name,
+                "verl_overrides": list(s.verl_overrides),
+                "kit_overrides": list(s.kit_overrides),
+                "verl_entry": dict(s.verl_entry or {}),
+            }
             for s in specs
         ]
     }

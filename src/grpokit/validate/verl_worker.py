@@ -27,6 +27,7 @@ class VerlPoint:
     name: str
     verl_overrides: list[str]
     kit_overrides: list[str]
+    verl_entry: dict = dataclasses.field(default_factory=dict)  # {}: main_ppo with ppo_trainer
 
 
 def for_this_verl(point: VerlPoint, base: dict) -> VerlPoint:
@@ -53,14 +54,17 @@ def check_points(points: list[VerlPoint]) -> dict:
 
     from grpokit.config import resolvers
     from grpokit.config.overrides import flat_base
+    from grpokit.config.verl_entry import Entry
+    from grpokit.config.verl_schema import use
     from grpokit.validate import verl_check
     from grpokit.validate.job_environment import local_verl
     from grpokit.validate.verl_registries import registries
 
     resolvers.register()
-    base = flat_base()
     answers = []
-    for point in (for_this_verl(p, base) for p in points):
+    for given in points:
+        use(Entry.of(given.verl_entry).ref)  # the config the point composes (Megatron's, a recipe's)
+        point = for_this_verl(given, flat_base())
         cfg, problems = verl_check.compose_point(point)  # type: ignore[arg-type]  # the fields it reads
         problems += verl_check.check_added_keys(point)  # type: ignore[arg-type]
         if cfg is not None:
@@ -76,7 +80,10 @@ def check_points(points: list[VerlPoint]) -> dict:
 
 def main() -> None:
     request = json.load(sys.stdin)
-    points = [VerlPoint(p["name"], list(p["verl_overrides"]), list(p["kit_overrides"])) for p in request["points"]]
+    points = [
+        VerlPoint(p["name"], list(p["verl_overrides"]), list(p["kit_overrides"]), dict(p.get("verl_entry") or {}))
+        for p in request["points"]
+    ]
     answer = check_points(points)
     sys.stdout.write(json.dumps(answer) + "\n")
 

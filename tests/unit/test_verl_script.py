@@ -291,3 +291,19 @@ def test_an_unknown_config_or_a_missing_recipe_is_refused_in_one_line(kit, tmp_p
     assert out.returncode == 2 and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert "its entry recipe.dapo.main_dapo (" in out.stderr
     assert "pass recipe_root=<your verl-recipe checkout>" in out.stderr
+
+
+def test_the_sbatch_body_reads_a_script_as_the_sweep_does(tmp_path, tiny_model_dir, gsm8k_dir, capsys):
+    """``sbatch slurm/train.sbatch verl_script=<file>``: grpokit run (the job's body) expands the script
+    into the same settings before composing, and a script it cannot read is one line, exit 2."""
+    from grpokit.cli import run
+
+    script = script_of(tmp_path, tiny_model_dir, gsm8k_dir, GRPO_BODY)
+    overrides, said = run.job_overrides([f"verl_script={script}", "verl.actor_rollout_ref.actor.optim.lr=3e-6"], {})
+    assert "experiment=verl_script" in overrides and "hardware=none" in overrides
+    assert any(o.endswith("actor_rollout_ref.rollout.n=5") for o in overrides)
+    assert overrides[-1] == "verl.actor_rollout_ref.actor.optim.lr=3e-6"  # the command's own keys win
+    assert said and said[0].startswith(f"verl_script={script}: ")
+    assert run.main([f"verl_script={tmp_path / 'missing.sh'}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"run.py: verl_script={tmp_path / 'missing.sh'}: cannot be read")

@@ -14,6 +14,7 @@ does not validate or its sweep folder holds another sweep (nothing ran).
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -56,8 +57,26 @@ def claim_sweep_folder(spec: PointSpec, experiment: str) -> str | None:
     return None
 
 
+def job_overrides(argv: list[str], environ) -> tuple[list[str], list[str]]:
+    """The job's overrides: ``argv`` with ``verl_script=<file>`` turned into the script's settings, as the
+    sweep command does (:func:`grpokit.config.verl_script.expand_argv`; ``sbatch slurm/train.sbatch
+    verl_script=<file>`` reads it from the submit folder), and the lines that say what was read.
+    Raises :class:`grpokit.config.verl_script.ScriptError` (one line) for a script it cannot read."""
+    from grpokit.config.verl_script import expand_argv
+
+    return expand_argv(list(argv), environ)
+
+
 def main(argv: list[str]) -> int:
-    overrides = list(argv)
+    from grpokit.config.verl_script import ScriptError
+
+    try:
+        overrides, said = job_overrides(argv, os.environ)
+    except ScriptError as exc:
+        print(f"run.py: {exc}", file=sys.stderr)
+        return 2
+    for line in said:
+        print(line, file=sys.stderr)
     try:
         cfg = compose_kit(overrides)
     except (HydraException, OmegaConfBaseException) as exc:

@@ -1,7 +1,7 @@
 """A verl script's own config on the local Slurm cluster (issue 34, items 4 and 5).
 
-- A recipe script (verl's DAPO recipe at v0.7.0, ``tests/data/verl_recipe``: its own entry module and
-  config folder) rehearsed through ``verl_script=`` with ``rehearse=true``: one Slurm job, the kit's
+- A recipe script (the kit's toy recipe in verl-recipe's layout, ``tests/data/toy_recipe``: its own entry
+  module and config folder) rehearsed through ``verl_script=`` with ``rehearse=true``: one Slurm job, the kit's
   stand-in trainer given the recipe's ``--config-path``/``--config-name`` and the recipe checkout on
   ``PYTHONPATH``; the kit's metrics, checkpoints and status as for ``main_ppo`` (the stand-in's signal
   and save-request handling is the one ``main_ppo``'s rehearsals use: tests/integration/test_rehearsal_*).
@@ -19,8 +19,8 @@ import pytest
 
 pytestmark = pytest.mark.slurm
 
-RECIPE = Path(__file__).parents[1] / "data" / "verl_recipe"
-DAPO_SCRIPT = RECIPE / "recipe" / "dapo" / "run_dapo_tiny.sh"
+RECIPE = Path(__file__).parents[1] / "data" / "toy_recipe"
+TOY_SCRIPT = RECIPE / "recipe" / "toy" / "run_toy_tiny.sh"
 
 
 def test_a_recipe_script_is_rehearsed_on_slurm_with_the_kits_metrics_and_checkpoints(
@@ -35,11 +35,11 @@ def test_a_recipe_script_is_rehearsed_on_slurm_with_the_kits_metrics_and_checkpo
     out = kit.run(
         "sweep.py",
         [
-            f"verl_script={DAPO_SCRIPT}",
+            f"verl_script={TOY_SCRIPT}",
             *kit.slurm_cluster,
             "cluster.gpus_per_node=1",
             f"logs_root={tmp_path / 'logs'}",
-            "sweep_name=dapo",
+            "sweep_name=toy",
             "rehearse=true",
             "wait=true",
             "verl.trainer.total_training_steps=2",
@@ -50,14 +50,14 @@ def test_a_recipe_script_is_rehearsed_on_slurm_with_the_kits_metrics_and_checkpo
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     assert "1 completed" in out.stdout
-    (point,) = kit.manifest(tmp_path / "logs" / "dapo")["points"]
+    (point,) = kit.manifest(tmp_path / "logs" / "toy")["points"]
     run = Path(point["run_dir"])
     status = json.loads((run / "status.json").read_text())
     assert status["state"] == "completed" and status["rehearsal"] is True
     cmd = (run / "verl_cmd.sh").read_text()
-    config = str((RECIPE / "recipe" / "dapo" / "config").resolve())
+    config = str((RECIPE / "recipe" / "toy" / "config").resolve())
     assert "grpokit.rehearsal.rehearsal_trainer" in cmd and f"--config-path \\\n  {config} \\\n" in cmd
-    assert "--config-name \\\n  dapo_trainer \\\n" in cmd and "data.gen_batch_size=8" in cmd
+    assert "--config-name \\\n  toy_trainer \\\n" in cmd and "data.gen_batch_size=8" in cmd
     assert (run / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2]

@@ -2,8 +2,8 @@
 and a recipe's entry module with its config folder, composed with verl's own Hydra composition and
 checked with verl's ``validate_config``; every refusal one line.
 
-The recipe is verl's real DAPO recipe at v0.7.0 (``tests/data/verl_recipe``, SOURCE.md: commit and
-license): its ``dapo_trainer.yaml`` extends verl's ``ppo_trainer``.
+The recipe is the kit's own toy recipe in verl-recipe's layout (``tests/data/toy_recipe``, README.md):
+its ``toy_trainer.yaml`` extends verl's ``ppo_trainer`` with keys of its own (``toy.*``).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from grpokit.config.verl_entry import Entry, ScriptError, hydra_main_defaults, l
 from grpokit.config.verl_schema import MEGATRON_CONFIG_NAME, VerlConfigRef, compose_verl, use, verl_config_dir
 from grpokit.config.verl_script import VerlInvocation, expand_argv, read_script
 
-RECIPE = Path(__file__).parents[1] / "data" / "verl_recipe"
-DAPO_SCRIPT = RECIPE / "recipe" / "dapo" / "run_dapo_tiny.sh"
+RECIPE = Path(__file__).parents[1] / "data" / "toy_recipe"
+TOY_SCRIPT = RECIPE / "recipe" / "toy" / "run_toy_tiny.sh"
 
 
 @pytest.fixture(autouse=True)
@@ -62,41 +62,41 @@ def test_main_ppo_refusals_are_one_line(tmp_path):
 
 
 def test_a_recipe_entry_is_found_from_the_script_or_recipe_root(tmp_path):
-    got = locate(inv("recipe.dapo.main_dapo"), DAPO_SCRIPT)  # the script's folders up to the checkout's root
+    got = locate(inv("recipe.toy.main_toy"), TOY_SCRIPT)  # the script's folders up to the checkout's root
     assert got == Entry(
-        module="recipe.dapo.main_dapo",
-        config_name="dapo_trainer",  # the recipe's @hydra.main
-        config_dir=str((RECIPE / "recipe" / "dapo" / "config").resolve()),
+        module="recipe.toy.main_toy",
+        config_name="toy_trainer",  # the recipe's @hydra.main
+        config_dir=str((RECIPE / "recipe" / "toy" / "config").resolve()),
         pythonpath=str(RECIPE.resolve()),
     )
-    elsewhere = tmp_path / "dapo.sh"
-    assert locate(inv("recipe.dapo.main_dapo"), elsewhere, recipe_root=str(RECIPE)) == got
-    assert locate(inv("recipe.dapo.main_dapo", "config", "dapo_trainer.yaml"), elsewhere, str(RECIPE)) == got
-    assert hydra_main_defaults(RECIPE / "recipe" / "dapo" / "main_dapo.py") == ("config", "dapo_trainer")
+    elsewhere = tmp_path / "toy.sh"
+    assert locate(inv("recipe.toy.main_toy"), elsewhere, recipe_root=str(RECIPE)) == got
+    assert locate(inv("recipe.toy.main_toy", "config", "toy_trainer.yaml"), elsewhere, str(RECIPE)) == got
+    assert hydra_main_defaults(RECIPE / "recipe" / "toy" / "main_toy.py") == ("config", "toy_trainer")
     assert got.trainer_args() == [
         "-m",
-        "recipe.dapo.main_dapo",
+        "recipe.toy.main_toy",
         "--config-path",
         got.config_dir,
         "--config-name",
-        "dapo_trainer",
+        "toy_trainer",
     ]
 
 
 def test_recipe_refusals_are_one_line(tmp_path):
-    script = tmp_path / "dapo.sh"
+    script = tmp_path / "toy.sh"
     with pytest.raises(ScriptError) as refused:
-        locate(inv("recipe.dapo.main_dapo"), script, cwd=tmp_path)
+        locate(inv("recipe.toy.main_toy"), script, cwd=tmp_path)
     assert str(refused.value) == (
-        f"verl_script={script}: its entry recipe.dapo.main_dapo (run.sh:3) is not found as recipe/dapo/main_dapo.py "
+        f"verl_script={script}: its entry recipe.toy.main_toy (run.sh:3) is not found as recipe/toy/main_toy.py "
         f"under {tmp_path}, {tmp_path.parent}, {tmp_path.parent.parent}: pass recipe_root=<your verl-recipe "
         "checkout> on the sweep command"
     )
     with pytest.raises(ScriptError) as refused:
-        locate(inv("recipe.dapo.main_dapo", "conf", "dapo_trainer"), script, str(RECIPE))
+        locate(inv("recipe.toy.main_toy", "conf", "toy_trainer"), script, str(RECIPE))
     assert str(refused.value).startswith(
-        f"verl_script={script}: config dapo_trainer.yaml not found in --config-path=conf (looked in "
-        f"{RECIPE.resolve() / 'recipe' / 'dapo' / 'conf'}, "
+        f"verl_script={script}: config toy_trainer.yaml not found in --config-path=conf (looked in "
+        f"{RECIPE.resolve() / 'recipe' / 'toy' / 'conf'}, "
     )
     assert str(refused.value).endswith(": fix --config-path in the script")
     bare = tmp_path / "mine" / "train.py"
@@ -116,15 +116,15 @@ def test_megatron_and_recipe_configs_compose_with_verls_own_hydra():
     )
     assert megatron.actor_rollout_ref.actor.strategy == "megatron"
     assert megatron.actor_rollout_ref.actor.megatron.tensor_model_parallel_size == 2
-    dapo = Entry.of(
+    toy = Entry.of(
         {
-            "module": "recipe.dapo.main_dapo",
-            "config_name": "dapo_trainer",
-            "config_dir": str(RECIPE / "recipe" / "dapo" / "config"),
+            "module": "recipe.toy.main_toy",
+            "config_name": "toy_trainer",
+            "config_dir": str(RECIPE / "recipe" / "toy" / "config"),
         }
     )
-    cfg = compose_verl(["algorithm.filter_groups.enable=true"], dapo.ref)
-    assert cfg.algorithm.filter_groups.enable is True and cfg.trainer.project_name == "verl-dapo"
+    cfg = compose_verl(["toy.skip_uniform_groups=true"], toy.ref)
+    assert cfg.toy.skip_uniform_groups is True and cfg.trainer.project_name == "grpokit-toy-recipe"
     assert "hydra" not in cfg and cfg.data.gen_batch_size == cfg.data.train_batch_size  # the recipe's interpolation
     assert cfg.actor_rollout_ref.actor.strategy == "fsdp"  # ppo_trainer's, which the recipe extends
 
@@ -139,14 +139,14 @@ def test_expand_argv_selects_the_scripts_config(tmp_path):
     assert "verl_base@verl=ppo_megatron_trainer" in argv and "++verl_entry.config_name=ppo_megatron_trainer" in argv
     assert "verl.actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2" in argv
     assert lines[0].startswith(f"verl_script={megatron}: 2 setting(s) of verl.trainer.main_ppo (ppo_megatron_trainer)")
-    argv, _ = expand_argv([f"verl_script={DAPO_SCRIPT}"], {"MODEL_PATH": "/m", "HOME": "/h"})
-    assert "verl_base@verl=recipe_dapo_trainer" in argv and "++verl_entry.module=recipe.dapo.main_dapo" in argv
-    assert "verl.algorithm.filter_groups.enable=False" in argv
-    assert "verl.data.train_files=/h/verl/data/dapo-math-17k.parquet" in argv  # ${TRAIN_FILE:-"${HOME}/..."}
-    assert read_script(DAPO_SCRIPT, {"HOME": "/h"}).module == "recipe.dapo.main_dapo"
+    argv, _ = expand_argv([f"verl_script={TOY_SCRIPT}"], {"MODEL_PATH": "/m", "HOME": "/h"})
+    assert "verl_base@verl=recipe_toy_trainer" in argv and "++verl_entry.module=recipe.toy.main_toy" in argv
+    assert "verl.toy.skip_uniform_groups=false" in argv
+    assert "verl.data.train_files=/h/data/toy/train.parquet" in argv  # ${TRAIN_FILE:-"${HOME}/..."}
+    assert read_script(TOY_SCRIPT, {"HOME": "/h"}).module == "recipe.toy.main_toy"
 
 
-def dapo_env(tiny_model_dir: Path, gsm8k_dir: Path) -> dict[str, str]:
+def toy_env(tiny_model_dir: Path, gsm8k_dir: Path) -> dict[str, str]:
     return {
         "MODEL_PATH": str(tiny_model_dir),
         "TRAIN_FILE": str(gsm8k_dir / "train.parquet"),
@@ -155,17 +155,18 @@ def dapo_env(tiny_model_dir: Path, gsm8k_dir: Path) -> dict[str, str]:
 
 
 def test_a_recipe_written_for_another_verl_is_refused_naming_the_import(kit, tmp_path, tiny_model_dir, gsm8k_dir):
-    """DAPO at v0.7.0 imports verl.trainer.ppo.reward.compute_reward, which verl 0.9.1 no longer has: on a
-    GPU node it would fail at import; here it is one line (verl's composition and validate_config passed)."""
+    """The toy recipe's own module imports verl.trainer.ppo.reward.compute_reward (as recipes written for
+    verl 0.7 do), which verl 0.9.1 no longer has: on a GPU node it would fail at import; here it is one
+    line (verl's composition and validate_config passed)."""
     out = kit.run(
         "sweep.py",
-        [f"verl_script={DAPO_SCRIPT}", "dry_run=true", f"logs_root={tmp_path / 'logs'}", "sweep_name=dapo"],
-        env=dapo_env(tiny_model_dir, gsm8k_dir),
+        [f"verl_script={TOY_SCRIPT}", "dry_run=true", f"logs_root={tmp_path / 'logs'}", "sweep_name=toy"],
+        env=toy_env(tiny_model_dir, gsm8k_dir),
     )
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-3000:]
-    trainer = RECIPE / "recipe" / "dapo" / "dapo_ray_trainer.py"
+    reward = RECIPE / "recipe" / "toy" / "toy_reward.py"
     assert (
-        f"[000] verl_script: recipe.dapo.main_dapo would fail at import on the node: {trainer.resolve()}:39 imports "
+        f"[000] verl_script: recipe.toy.main_toy would fail at import on the node: {reward.resolve()}:8 imports "
         "verl.trainer.ppo.reward.compute_reward, which verl 0.9.1 (installed) does not have" in out.stderr
     )
 
@@ -176,29 +177,29 @@ def test_a_recipe_is_rehearsed_with_its_config(kit, tmp_path, tiny_model_dir, gs
     out = kit.run(
         "sweep.py",
         [
-            f"verl_script={DAPO_SCRIPT}",
+            f"verl_script={TOY_SCRIPT}",
             "rehearse=true",
             "dry_run=true",
             f"logs_root={tmp_path / 'logs'}",
-            "sweep_name=dapo",
+            "sweep_name=toy",
         ],
-        env=dapo_env(tiny_model_dir, gsm8k_dir),
+        env=toy_env(tiny_model_dir, gsm8k_dir),
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    text = (tmp_path / "logs" / "dapo" / "dry_run.md").read_text()
-    config = (RECIPE / "recipe" / "dapo" / "config").resolve()
+    text = (tmp_path / "logs" / "toy" / "dry_run.md").read_text()
+    config = (RECIPE / "recipe" / "toy" / "config").resolve()
     assert f"grpokit.rehearsal.rehearsal_trainer \\\n  --config-path \\\n  {config} \\\n  --config-name \\\n" in text
-    assert "data.gen_batch_size=8" in text and "algorithm.filter_groups.enable" not in text  # the recipe's default
+    assert "data.gen_batch_size=8" in text and "toy.skip_uniform_groups" not in text  # the recipe's default
 
 
 def test_the_rehearsal_trainer_reads_the_recipes_config():
     from grpokit.rehearsal.rehearsal_trainer import config_defaults, split_config_args
 
-    config = str(RECIPE / "recipe" / "dapo" / "config")
-    path, name, rest = split_config_args(["--config-path", config, "--config-name=dapo_trainer", "a.b=1"])
-    assert (path, name, rest) == (config, "dapo_trainer", ["a.b=1"])
+    config = str(RECIPE / "recipe" / "toy" / "config")
+    path, name, rest = split_config_args(["--config-path", config, "--config-name=toy_trainer", "a.b=1"])
+    assert (path, name, rest) == (config, "toy_trainer", ["a.b=1"])
     values = config_defaults(path, name)
-    assert values["trainer.project_name"] == "verl-dapo" and values["algorithm.filter_groups.enable"] == "false"
+    assert values["trainer.project_name"] == "grpokit-toy-recipe" and values["toy.skip_uniform_groups"] == "false"
     assert values["trainer.save_freq"] == "-1" and values["data.gen_batch_size"] == values["data.train_batch_size"]
     assert config_defaults(None, None) == {}
 

@@ -227,6 +227,7 @@ class Driver:
                     **trainer.environment(self.run_dir, self.attempt_dir),
                     **trackers.environment(self.spec),  # W&B: one run per point across attempts
                 }
+                env = trainer.entry_environment(self.spec, env)  # a recipe's checkout on PYTHONPATH
                 env = self._start_services(env)
             finally:
                 # Joined whatever happened meanwhile (it renames folders and rewrites the tracker); its

@@ -99,13 +99,17 @@ def test_a_grpo_script_reads_as_bash_passes_it(tmp_path):
     assert "trainer.logger=[console,wandb]" in got.overrides  # bash removed the quotes, as verl gets it
 
 
-def test_a_megatron_script_with_a_conditional_needs_its_value_named(tmp_path):
+def test_a_megatron_script_with_a_conditional_is_read_as_bash_runs_it(tmp_path):
+    # issue 34: an if on a [ a = b ] test is followed as bash would (verl's scripts branch on their knobs)
     script = write(tmp_path, MEGATRON)
+    assert "data.return_raw_chat=True" in read_script(script, {"HOME": "/h"}).overrides
+    unknown = write(tmp_path, MEGATRON.replace('[ "$rollout_mode" = "async" ]', "command -v nvcc"), "u.sh")
     with pytest.raises(ScriptError) as refused:
-        read_script(script, {"HOME": "/h"})
+        read_script(unknown, {"HOME": "/h"})
     assert str(refused.value) == (
-        f"{script}:13: $return_raw_chat is set inside an if/case/for block at {script}:6, which the kit "
-        "does not evaluate: export return_raw_chat=... before the sweep command"
+        f"{unknown}:13: $return_raw_chat is set at {unknown}:6 in a branch the kit cannot tell (the "
+        f"condition at {unknown}:5 runs a command (command -v nvcc)), which the kit does not evaluate: "
+        "export return_raw_chat=... before the sweep command"
     )
     env = {"HOME": "/h", "return_raw_chat": "True", "LR": "3e-6"}
     got = read_script(script, env)
@@ -291,6 +295,63 @@ def test_an_unknown_config_or_a_missing_recipe_is_refused_in_one_line(kit, tmp_p
     assert out.returncode == 2 and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert "its entry recipe.dapo.main_dapo (" in out.stderr
     assert "pass recipe_root=<your verl-recipe checkout>" in out.stderr
+
+
+SHAPES = Path(__file__).resolve().parents[1] / "data" / "verl_shapes"
+#: Scripts written for these tests in the shapes of verl's and verl-recipe's published ones (each names
+#: the published script and commit it models): arrays and `case "${DEVICE}"`, `if [ ... ] && { ...; }`,
+#: `uv run ... python3 -m`, `$((a + b))`, `SCRIPT_DIR=$(cd "$(dirname ...)" && pwd)`, `| tee log`,
+#: `ray job submit ... -- python3 -m`, `${VAR:?msg}`, `${VAR:-"${OTHER}/x"}`.
+AS_BASH = sorted(p.name for p in SHAPES.glob("*.sh"))
+
+
+def bash_prints(script: Path, environ: dict[str, str], tmp_path: Path) -> list[str]:
+    """What bash passes to ``python3 -m`` (python3, python and uv replaced by printers; ``python3 -c``
+    fails, as it does where torch_npu is not installed; ``ray job submit ... --`` runs what follows)."""
+    shim = tmp_path / "bin"
+    shim.mkdir(exist_ok=True)
+    printer = '#!/bin/sh\n[ "$1" = -c ] && exit 1\nfor a in "$@"; do printf "%s\\n" "$a"; done\n'
+    ray = '#!/bin/sh\nwhile [ $# -gt 0 ] && [ "$1" != "--" ]; do shift; done\nshift\nexec "$@"\n'
+    for name, text in (("python3", printer), ("python", printer), ("uv", printer), ("ray", ray)):
+        (shim / name).write_text(text)
+        (shim / name).chmod(0o755)
+    env = {**environ, "PATH": f"{shim}:/usr/bin:/bin"}
+    out = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30, cwd=tmp_path)
+    lines = out.stdout.splitlines()
+    return lines[lines.index("-m") :]
+
+
+@pytest.mark.parametrize("name", AS_BASH)
+def test_scripts_in_published_shapes_read_as_bash_runs_them(name, tmp_path):
+    script = tmp_path / name  # a copy: bash writes the `| tee` log beside the script
+    script.write_text((SHAPES / name).read_text())
+    env = {"HOME": "/h", "DEVICE": "gpu", "PWD": str(tmp_path), "ADAPTER": "/adapter"}
+    env["RUN_NAME"] = "e"  # the default runs `date`
+    got = read_script(script, env)
+    flags = [f"--config-path={got.config_path}"] * bool(got.config_path) + [
+        f"--config-name={got.config_name}"
+    ] * bool(got.config_name)
+    bash = bash_prints(script, env, tmp_path)
+    joined = []
+    for word in bash:  # --config-name X as --config-name=X
+        if joined and joined[-1] in ("--config-path", "--config-name"):
+            joined[-1] = f"{joined[-1]}={word}"
+        else:
+            joined.append(word)
+    assert ["-m", got.module, *flags, *got.overrides] == joined
+
+
+def test_a_default_that_runs_a_command_is_not_read_when_the_variable_is_set(tmp_path):
+    text = (
+        "DEVICE=${DEVICE:-$(python3 -c 'import torch_npu' 2>/dev/null && echo npu || echo gpu)}\n"
+        'case "${DEVICE}" in\n  gpu) tp=2 ;;\n  npu) tp=4 ;;\nesac\n'
+        "python3 -m verl.trainer.main_ppo actor_rollout_ref.rollout.tensor_model_parallel_size=$tp\n"
+    )
+    script = write(tmp_path, text)
+    tp = "actor_rollout_ref.rollout.tensor_model_parallel_size=4"
+    assert read_script(script, {"DEVICE": "npu"}).overrides == (tp,)
+    with pytest.raises(ScriptError, match=r"\$DEVICE decides the branch at .*export DEVICE="):
+        read_script(script, {})
 
 
 def test_the_sbatch_body_reads_a_script_as_the_sweep_does(tmp_path, tiny_model_dir, gsm8k_dir, capsys):

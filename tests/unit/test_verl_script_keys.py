@@ -207,6 +207,10 @@ def test_a_missing_train_file_typed_names_the_folder_typed(base, tmp_path):
     assert p.fix.endswith(f"prepare_data.py gsm8k --out {mine}")
     (q,) = about(kit(base, f"verl.data.train_files={mine}/my_train.parquet"), "verl.data.train_files")
     assert f"check verl.data.train_files={mine}/my_train.parquet" in q.fix
+    # a verl script's own data (experiment=verl_script): no prepare command for a task the kit has none of
+    own = [a for a in base if not a.startswith("experiment.")] + ["experiment=verl_script"]
+    (r,) = about(kit(own, f"verl.data.train_files={mine}/train.parquet"), "verl.data.train_files")
+    assert r.fix == f"put the data file at {mine}/train.parquet, or set verl.data.train_files to an existing file"
 
 
 # --- 3. the preset's step count ------------------------------------------------------------------

@@ -3,6 +3,7 @@ setting pair known to crash verl's trainer."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -42,10 +43,21 @@ def check_files(spec: PointSpec, cfg: DictConfig) -> list[Problem]:
 PREPARED_FILES = ("train.parquet", "test.parquet")
 
 
+def _preparable(task: str) -> bool:
+    """Whether ``prepare_data.py`` writes ``task``'s files (a ``grpokit.tasks.<task>.data`` module)."""
+    try:
+        return importlib.util.find_spec(f"grpokit.tasks.{task}.data") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def data_hint(task: str, key: str, path: str) -> str:
     """The fix for a missing data file, naming the path as given (typed, or the experiment's
-    ``data_dir``): the prepare command writing that very file, else a check of the path."""
+    ``data_dir``): the prepare command writing that very file, else a check of the path; for a task the
+    kit cannot prepare (a verl script's own data, ``experiment=verl_script``), the path itself."""
     file = Path(path)
+    if not _preparable(task):  # a verl script's own file (verl_script=)
+        return f"put the data file at {path}, or set verl.{key} to an existing file"
     prepare = kit_command("prepare-data", f"{task} --out {file.parent}")
     if file.name in PREPARED_FILES:
         return prepare

@@ -354,6 +354,17 @@ def test_a_default_that_runs_a_command_is_not_read_when_the_variable_is_set(tmp_
         read_script(script, {})
 
 
+def test_a_mapping_field_verl_declares_but_its_yaml_leaves_out_takes_a_plus_key():
+    # verl's Ascend GRPO script: +actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16
+    # (FSDPEngineConfig.mixed_precision: Optional[dict], absent from verl's YAML; verl's engine reads it)
+    from grpokit.validate.command_line import check
+
+    key = "verl.actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"
+    assert check(["model=tiny", f"+{key}=bf16"])[1] == []
+    (unknown,) = check(["model=tiny", "+verl.actor_rollout_ref.actor.fsdp_config.no_such.x=1"])[1]
+    assert "it would be added and ignored" in unknown.message
+
+
 def test_the_sbatch_body_reads_a_script_as_the_sweep_does(tmp_path, tiny_model_dir, gsm8k_dir, capsys):
     """``sbatch slurm/train.sbatch verl_script=<file>``: grpokit run (the job's body) expands the script
     into the same settings before composing, and a script it cannot read is one line, exit 2."""

@@ -676,6 +676,14 @@ KIT_SET = frozenset({"trainer.default_local_dir", "trainer.project_name", "train
 __all__ = ["KIT_SET", "MAIN_PPO", "ScriptError", "VerlInvocation", "expand_argv", "read_script"]
 
 
+def _verl_default(key: str) -> str:
+    """verl's own default for ``key`` (the active config's, ``ppo_trainer`` unless the script names another), as an
+    override value."""
+    from grpokit.config.overrides import flat_base
+
+    return str(flat_base()[key])
+
+
 def _key(override: str) -> str:
     """The key of a Hydra override (``+a.b=1`` -> ``a.b``, ``~a.b`` -> ``a.b``)."""
     return override.lstrip("+~").split("=", 1)[0]
@@ -693,8 +701,9 @@ def expand_argv(argv: list[str], environ: Mapping[str, str]) -> tuple[list[str],
     Returns ``(argv, lines)``: the script's overrides as ``verl.<key>`` (first, so that the command's
     own keys and axes come after them; a key the command sets itself is left out of the script's),
     ``experiment=verl_script`` and ``hardware=none`` unless the command names an experiment or a
-    hardware profile, and the script's ``trainer.nnodes`` / ``trainer.n_gpus_per_node`` as the job's
-    shape (``cluster.nodes`` / ``cluster.gpus_per_node``) unless the command sets it; with a config
+    hardware profile, and the script's ``trainer.nnodes`` / ``trainer.n_gpus_per_node`` (verl's own
+    defaults, 1 node of 8 GPUs, where the script sets none) as the job's shape (``cluster.nodes`` /
+    ``cluster.gpus_per_node``) unless the command sets it; with a config
     other than verl's ``ppo_trainer`` (Megatron's ``ppo_megatron_trainer``, a recipe's entry and
     folder: :func:`grpokit.config.verl_entry.locate`, ``recipe_root=<checkout>`` on the command) the
     ``verl_entry.*`` and ``verl_base@verl`` overrides that select it, and it becomes this process's
@@ -729,8 +738,8 @@ def expand_argv(argv: list[str], environ: Mapping[str, str]) -> tuple[list[str],
         ("trainer.nnodes", "cluster.nodes"),
         ("trainer.n_gpus_per_node", "cluster.gpus_per_node"),
     ):
-        if verl_key in values and kit_key not in typed and f"verl.{verl_key}" not in typed:
-            extra.append(f"{kit_key}={values[verl_key]}")
+        if kit_key not in typed and f"verl.{verl_key}" not in typed:  # the script's, else verl's default
+            extra.append(f"{kit_key}={values[verl_key] if verl_key in values else _verl_default(verl_key)}")
     config = f" in {entry.config_dir}" if entry.config_dir else ""
     config = "" if entry.is_default() else f" ({entry.config_name}{config})"
     lines = [

@@ -138,7 +138,8 @@ def _fields(name: str, classes: dict[str, ast.ClassDef], seen: frozenset[str] = 
 
 def read_declared(base: DictConfig) -> dict[str, str]:
     """``{verl key: annotation text}`` for every key of ``base`` (verl's defaults) that a verl
-    dataclass declares (the section's ``_target_`` class or one of its bases)."""
+    dataclass declares (the section's ``_target_`` class or one of its bases), and every field such
+    a class declares that the YAML leaves out (``fsdp_config.mixed_precision``: verl reads a ``+`` value)."""
     tree = OmegaConf.to_container(base, resolve=False)
     targets: dict[str, list[str]] = {}
     _targets(tree, "", targets)
@@ -150,7 +151,9 @@ def read_declared(base: DictConfig) -> dict[str, str]:
         for section in sections:
             node = OmegaConf.select(base, section, throw_on_resolution_failure=False) if section else base
             names = [str(k) for k in node.keys()] if OmegaConf.is_dict(node) else []  # noqa: SIM118
-            for key in names:
+            if not names:
+                continue
+            for key in dict.fromkeys([*names, *fields]):  # a field verl's YAML leaves out is read all the same
                 if key in fields and key != "_target_":
                     out[f"{section}.{key}" if section else key] = fields[key]
     return out
@@ -171,7 +174,8 @@ def declared() -> dict[str, str]:
         for folder in ("workers/config", "trainer/config", "utils/profiler")
         for f in sorted((verl_dir / folder).glob("*.py"))
     ]
-    return cached_json("verl_types", defaults_key(verl_config_dir()), files, lambda: read_declared(verl_base()))
+    seed = defaults_key(verl_config_dir()) + ":with-fields-absent-from-yaml"
+    return cached_json("verl_types", seed, files, lambda: read_declared(verl_base()))
 
 
 def declared_kinds(key: str) -> frozenset[str] | None:

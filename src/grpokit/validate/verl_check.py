@@ -57,11 +57,15 @@ def _known_keys() -> tuple[str, ...]:
 
 
 def _open_parent(key: str, base: dict) -> bool:
+    from grpokit.config.verl_types import declared_kinds
+
     if key.startswith(OPEN_PREFIXES):
         return True
     parts = key.split(".")
     for i in range(len(parts) - 1, 0, -1):
         parent = ".".join(parts[:i])
+        if parent not in base and "dict" in (declared_kinds(parent) or ()):
+            return True  # a mapping field verl's dataclass declares and its YAML leaves out (mixed_precision)
         if parent in base:
             return base[parent] == {}  # an empty mapping in verl's YAML is meant to be filled
     return False

@@ -237,7 +237,12 @@ def test_a_grpo_script_runs_as_written_with_an_lr_axis_on_top(kit, tmp_path, tin
         for preset in ("total_training_steps", "rollout.n=8", "kl_loss_coef", "param_offload", "train_max_samples"):
             assert preset not in command, (preset, command)
     assert "actor_rollout_ref.actor.optim.lr=3e-06" in second and "optim.lr=3e-06" not in first
-    assert "verl_script: the kit adds trainer.default_local_dir" in dry.read_text()
+    # where each setting came from (issue 34 item 1): one table for the sweep, the kit's additions with reasons
+    text = dry.read_text()
+    assert "| actor_rollout_ref.actor.optim.lr | per point | axis |" in text
+    assert "| data.train_batch_size | 16 | script |" in text
+    assert "| trainer.default_local_dir | per point | kit | checkpoints in the run folder" in text
+    assert "kit adds trainer.logger: verl's file logger added" in out.stdout
 
 
 def test_a_ppo_script_keeps_its_estimator_and_its_critic(kit, tmp_path, tiny_model_dir, gsm8k_dir):

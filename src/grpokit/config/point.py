@@ -201,16 +201,6 @@ def _typed_sections(cfg: DictConfig, point: str, kit_overrides: list[str]) -> tu
     return sections, notices
 
 
-#: What the kit adds to a verl launch script's settings (verl_script=), each with its reason.
-SCRIPT_ADDITIONS = (
-    "verl_script: the kit adds trainer.default_local_dir (checkpoints in the run folder, so a requeued "
-    "attempt resumes), trainer.nnodes and trainer.n_gpus_per_node (the job's shape), trainer.project_name "
-    "and trainer.experiment_name where the script sets none (the sweep and point names), verl's file logger "
-    "(metrics.jsonl) and +ray_kwargs.ray_init.runtime_env.worker_process_setup_hook (the kit's hooks in "
-    "verl's Ray workers: the save before the time limit, stop requests)"
-)
-
-
 def hardware_request(cluster: ClusterConf, hardware: dict[str, Any]) -> tuple[ClusterConf, str | None]:
     """The point's Slurm request for the GPUs its hardware profile was sized for.
 
@@ -334,6 +324,5 @@ def build_point(
             *preset_notices,
             *([logger_notice] if logger_notice else []),
             *([gpu_notice] if gpu_notice else []),
-            *([SCRIPT_ADDITIONS] if cfg.get("verl_script") else []),
         ],
     )

@@ -44,19 +44,31 @@ def check_picklable(specs: list[PointSpec]) -> None:
         raise SweepValidationError(problems)
 
 
-def write_dry_run(sweep_dir: Path, specs: list[PointSpec], cluster: dict[str, Any], note: str = "") -> Path:
-    """``dry_run.md``: per point, the verl command line and the Slurm request."""
+def write_dry_run(
+    sweep_dir: Path, specs: list[PointSpec], cluster: dict[str, Any], note: str = "", rows: list | None = None
+) -> Path:
+    """``dry_run.md``: where each setting came from (one table for the sweep), then per point the
+    verl command line and the Slurm request. ``rows``: :func:`grpokit.submit.provenance.sweep_sources`
+    of ``specs`` (computed here when None)."""
     from grpokit.config.explicit import data_caps
     from grpokit.runtime.processes import trainer
     from grpokit.submit.arrays import dry_run_section
+    from grpokit.submit.provenance import sweep_sources, sweep_table
 
+    rows = sweep_sources(specs) if rows is None else rows
     lines = [f"# Dry run of sweep {specs[0].sweep_name}: {len(specs)} point(s){note}, nothing submitted", ""]
     lines += [f"Note: {notice}\n" for notice in kit_notices(specs)]  # what the kit changed on its own
+    lines += sweep_table(rows)
     lines += dry_run_section(specs)  # one array per request and MaxArraySize, as submit_slurm sends them
-    for spec in specs:
+    varying = {s.key for point in rows for s in point} - {
+        s.key for s in rows[0] if all(any(t.key == s.key and t.value == s.value for t in p) for p in rows)
+    }
+    for spec, point in zip(specs, rows, strict=True):
         cmd = trainer.command(spec, [])
         caps = data_caps(spec)
-        lines += [f"## {spec.name}", f"run folder: {spec.run_dir}", *([caps] if caps else []), ""]
+        own = "; ".join(f"{s.key}={s.value} ({s.source})" for s in point if s.key in varying)
+        lines += [f"## {spec.name}", f"run folder: {spec.run_dir}", *([caps] if caps else [])]
+        lines += [*([f"this point's own: {own}"] if own else []), ""]
         lines += ["```", " \\\n  ".join(cmd), "```", ""]
     path = SweepFolder(sweep_dir).dry_run
     path.write_text("\n".join(lines))

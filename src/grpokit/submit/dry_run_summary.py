@@ -58,12 +58,16 @@ def verl_line(spec: PointSpec) -> str:
     return f"verl: {verl.version} at {verl.folder} (validated against, {where}; the job's Python {env.python})"
 
 
-def dry_run_summary(path: Path, specs: list[PointSpec]) -> str:
-    """The terminal's text for a dry run that wrote ``path`` (dry_run.md) for ``specs``."""
+def dry_run_summary(path: Path, specs: list[PointSpec], rows: list | None = None) -> str:
+    """The terminal's text for a dry run that wrote ``path`` (dry_run.md) for ``specs``; ``rows``:
+    :func:`grpokit.submit.provenance.sweep_sources` of ``specs`` (computed here when None)."""
+    from grpokit.submit.provenance import summary_lines, sweep_sources
+
     arrays = array_lines(specs)
     lines = [f"Dry run of sweep {specs[0].sweep_name}: {len(specs)} point(s), nothing submitted"]
     lines += [f"Note: {notice}" for notice in kit_notices(specs)]
     lines.append(verl_line(specs[0]))
+    lines += summary_lines(sweep_sources(specs) if rows is None else rows)
     if arrays:
         lines += [f"Slurm: {len(arrays)} job array(s)", *arrays]
     lines += ["Points:", *point_lines(specs)]

@@ -36,6 +36,7 @@ from grpokit.submit.backends import executor_for
 from grpokit.submit.dispatch import arrays_phrase, check_picklable, write_dry_run
 from grpokit.submit.dry_run_summary import dry_run_summary
 from grpokit.submit.points import build_points, point_loader, swept_keys
+from grpokit.submit.provenance import sweep_sources
 from grpokit.submit.wait import attempt_counts, wait_for
 from grpokit.validate import SweepValidationError, overlap, validate_points
 
@@ -195,7 +196,8 @@ def dry_run(opts: dict[str, Any], specs: list[PointSpec], cluster: dict[str, Any
         if not todo:
             print(f"dry run of resume=true: settings match {sweep_dir}; nothing to resubmit")
             return [_job_return(s, None) for s in specs]
-        path = write_dry_run(sweep_dir, todo, cluster, note=" (resume=true: the points it would resubmit)")
+        rows = sweep_sources(todo)
+        path = write_dry_run(sweep_dir, todo, cluster, note=" (resume=true: the points it would resubmit)", rows=rows)
         specs = todo
     else:
         try:
@@ -204,10 +206,11 @@ def dry_run(opts: dict[str, Any], specs: list[PointSpec], cluster: dict[str, Any
             _refuse(str(exc))
         if sweep_dir.name != opts["name"]:
             specs = rebuild(sweep_dir.name)
-        path = write_dry_run(sweep_dir, specs, cluster)
+        rows = sweep_sources(specs)
+        path = write_dry_run(sweep_dir, specs, cluster, rows=rows)
         if folder_state(sweep_dir) != "sweep":  # a real sweep may have taken the folder over meanwhile
             write_manifest(sweep_dir, specs, [None] * len(specs), dry_run=True, **meta)
-    print(dry_run_summary(path, specs))  # the full text stays in the file (thousands of lines for 64 points)
+    print(dry_run_summary(path, specs, rows))  # the full text stays in the file (thousands of lines for 64 points)
     print(f"dry run: {len(specs)} point(s) validated, nothing submitted; see {path}")
     return [_job_return(s, None) for s in specs]
 

@@ -76,3 +76,10 @@ def test_a_presets_values_say_which_preset(tmp_path, base):
     assert got["data.train_batch_size"].source == "command"
     presets = [s for s in got.values() if s.source == "preset"]
     assert presets and all("experiment=gsm8k_grpo" in s.why for s in presets)
+
+
+def test_a_value_spelt_otherwise_by_hydra_is_still_the_scripts():
+    from grpokit.submit.provenance import _unquoted
+
+    assert _unquoted("1e-6") == _unquoted("1e-06") == _unquoted("'0.000001'")
+    assert _unquoted("[console]") == "[console]" and _unquoted("8") != _unquoted("16")

@@ -122,7 +122,12 @@ def _preset_why(spec: PointSpec, script: Mapping[str, str]) -> str:
 
 
 def _unquoted(value: str) -> str:
-    return value.strip().strip("'\"")
+    """``value`` as compared: quotes dropped, a number in one spelling (Hydra writes ``1e-6`` as ``1e-06``)."""
+    value = value.strip().strip("'\"")
+    try:
+        return repr(float(value))
+    except ValueError:
+        return value
 
 
 def sweep_sources(specs: list[PointSpec], environ: Mapping[str, str] | None = None) -> list[list[Setting]]:

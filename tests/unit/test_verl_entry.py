@@ -189,7 +189,8 @@ def test_a_recipe_is_rehearsed_with_its_config(kit, tmp_path, tiny_model_dir, gs
     text = (tmp_path / "logs" / "toy" / "dry_run.md").read_text()
     config = (RECIPE / "recipe" / "toy" / "config").resolve()
     assert f"grpokit.rehearsal.rehearsal_trainer \\\n  --config-path \\\n  {config} \\\n  --config-name \\\n" in text
-    assert "data.gen_batch_size=8" in text and "toy.skip_uniform_groups" not in text  # the recipe's default
+    assert "data.gen_batch_size=8" in text and "toy.skip_uniform_groups=" not in text  # the recipe's default
+    assert "| toy.skip_uniform_groups | False | script | verl's default: not passed |" in text  # provenance
 
 
 def test_the_rehearsal_trainer_reads_the_recipes_config():

@@ -122,8 +122,11 @@ def _preset_why(spec: PointSpec, script: Mapping[str, str]) -> str:
 
 
 def _unquoted(value: str) -> str:
-    """``value`` as compared: quotes dropped, a number in one spelling (Hydra writes ``1e-6`` as ``1e-06``)."""
+    """``value`` as compared: quotes dropped, a number in one spelling (Hydra writes ``1e-6`` as ``1e-06``),
+    a boolean in one spelling (YAML's ``false`` is Python's ``False``)."""
     value = value.strip().strip("'\"")
+    if value.lower() in ("true", "false"):
+        return value.lower()
     try:
         return repr(float(value))
     except ValueError:

@@ -29,6 +29,7 @@ from grpokit.config.verl_schema import (
     VERL_CONFIG_NAME,
     VerlConfigRef,
     base_of,
+    config_groups,
     verl_config_dir,
 )
 
@@ -58,20 +59,23 @@ CONTRACT_KEYS = (
 
 @dataclasses.dataclass(frozen=True)
 class Entry:
-    """The trainer a point runs: ``python -m <module> [--config-path <config_dir>] --config-name <config_name>``.
+    """The trainer a point runs: ``python -m <module> [--config-path <config_dir>] --config-name <config_name>
+    [<groups>]``.
 
     config_dir: absolute folder, None for verl's own. pythonpath: the folder the job puts first on
-    ``PYTHONPATH`` (a recipe checkout's root), None for verl's entry.
+    ``PYTHONPATH`` (a recipe checkout's root), None for verl's entry. groups: the script's choices of
+    the config's Hydra groups (``("model_engine=megatron",)``), passed to verl as the script passes them.
     """
 
     module: str = MAIN_PPO
     config_name: str = VERL_CONFIG_NAME
     config_dir: str | None = None
     pythonpath: str | None = None
+    groups: tuple[str, ...] = ()
 
     @property
     def ref(self) -> VerlConfigRef:
-        return VerlConfigRef(self.config_name, self.config_dir)
+        return VerlConfigRef(self.config_name, self.config_dir, self.groups)
 
     def is_default(self) -> bool:
         return self == Entry()
@@ -83,7 +87,7 @@ class Entry:
             args += ["--config-path", self.config_dir]
         if not self.is_default():
             args += ["--config-name", self.config_name]
-        return args
+        return [*args, *self.groups]
 
     def kit_overrides(self) -> list[str]:
         """The sweep command's overrides that select this entry (the kit's ``verl_entry.*`` and its
@@ -105,7 +109,10 @@ class Entry:
         if not value:
             return cls()
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in dict(value).items() if k in names and v is not None})  # type: ignore[arg-type]
+        given = {k: v for k, v in dict(value).items() if k in names and v is not None}  # type: ignore[call-overload]
+        if "groups" in given:  # a JSON list or the kit's ListConfig
+            given["groups"] = tuple(str(g) for g in given["groups"])
+        return cls(**given)
 
 
 def hydra_main_defaults(source: Path) -> tuple[str | None, str | None]:
@@ -132,9 +139,20 @@ def _roots(script: Path, recipe_root: str | None, cwd: Path) -> list[Path]:
     return list(dict.fromkeys(out))
 
 
+def group_choices(overrides, ref: VerlConfigRef) -> tuple[str, ...]:
+    """The overrides that choose an option of one of ``ref``'s root-level config groups
+    (:func:`grpokit.config.verl_schema.config_groups`): ``name=<choice>`` without ``+``/``~`` or a dot,
+    as Hydra reads ``model_engine=megatron``. In their order."""
+    groups = config_groups(ref)
+    return tuple(
+        o for o in overrides if "=" in o and o[0] not in "+~" and o.split("=", 1)[0] in groups and "," not in o
+    )
+
+
 def locate(inv, script: Path, recipe_root: str | None = None, cwd: Path | None = None) -> Entry:
     """The :class:`Entry` of the script's verl command ``inv`` (a :class:`grpokit.config.verl_script.VerlInvocation`:
-    its ``module``, ``config_path``, ``config_name``, ``source``; see the module docstring).
+    its ``module``, ``config_path``, ``config_name``, ``overrides``, ``source``; see the module docstring), with
+    the overrides that choose a config group's option (:func:`group_choices`) as its ``groups``.
 
     Raises:
         ScriptError: verl's ``main_ppo`` with a config the kit does not compose; a recipe module, its
@@ -157,7 +175,7 @@ def locate(inv, script: Path, recipe_root: str | None = None, cwd: Path | None =
                 f"verl_script={script}: --config-name={inv.config_name} ({inv.source}); the kit composes verl's "
                 f"{' and '.join(VERL_CONFIGS)} for {MAIN_PPO}: use one of them"
             )
-        return Entry(config_name=name)
+        return Entry(config_name=name, groups=group_choices(inv.overrides, VerlConfigRef(name)))
     relative = Path(*inv.module.split("."))
     roots = _roots(script, recipe_root, cwd)
     source = next((r / relative.with_suffix(".py") for r in roots if (r / relative.with_suffix(".py")).is_file()), None)
@@ -192,26 +210,34 @@ def locate(inv, script: Path, recipe_root: str | None = None, cwd: Path | None =
             f"verl_script={script}: config {name}.yaml not found in --config-path={path} (looked in "
             f"{', '.join(str(c) for c in dict.fromkeys(candidates))}): fix --config-path in the script"
         )
-    return Entry(module=inv.module, config_name=name, config_dir=str(folder), pythonpath=str(root))
+    groups = group_choices(inv.overrides, VerlConfigRef(name, str(folder)))
+    return Entry(module=inv.module, config_name=name, config_dir=str(folder), pythonpath=str(root), groups=groups)
 
 
 def check_config(entry: Entry, script: Path) -> None:
     """A recipe's config composes with verl's own Hydra composition (verl's folder on the search path)
     and has every key of the kit's contract (:data:`CONTRACT_KEYS`: a config that extends verl's
-    ``ppo_trainer`` has them); nothing to check for verl's own configs.
+    ``ppo_trainer`` has them), and so does a config with the script's group choices (``model_engine=megatron``);
+    nothing to check for verl's own configs as they are.
 
     Raises:
         ScriptError: it does not compose (Hydra's first line), or it lacks a contract key (one line
             naming the file, the key and the fix).
     """
-    if not entry.config_dir:
+    if not entry.config_dir and not entry.groups:
         return
     from omegaconf import OmegaConf
 
-    where = f"{entry.config_dir}/{entry.config_name}.yaml"
+    where = f"{entry.config_dir or verl_config_dir()}/{entry.config_name}.yaml"
     try:
         cfg = base_of(entry.ref)
     except Exception as exc:  # noqa: BLE001 - Hydra raises several types; its first line says what
+        if not entry.config_dir:
+            raise ScriptError(
+                f"verl_script={script}: verl's {entry.config_name} does not compose with the script's "
+                f"{' '.join(entry.groups)} ({str(exc).splitlines()[0]}): choose an option of verl's config folder "
+                f"({verl_config_dir()})"
+            ) from exc
         raise ScriptError(
             f"verl_script={script}: {entry.module}'s config {where} does not compose with verl's config folder on "
             f"the search path ({str(exc).splitlines()[0]}): fix the recipe's defaults list"

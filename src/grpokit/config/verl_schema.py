@@ -35,24 +35,41 @@ MEGATRON_CONFIG_NAME = "ppo_megatron_trainer"
 class VerlConfigRef:
     """Which verl config a point composes: ``--config-name`` in ``--config-path`` (None: verl's own
     ``trainer/config`` folder). A recipe's folder (``recipe/dapo/config``) composes with verl's
-    folder on Hydra's search path, as its ``defaults: [ppo_trainer]`` expects."""
+    folder on Hydra's search path, as its ``defaults: [ppo_trainer]`` expects. groups: the script's
+    choices of the config's Hydra groups, as verl's command line spells them (``("model_engine=megatron",)``:
+    ``ppo_trainer`` with Megatron's actor, ref and critic configs)."""
 
     name: str = VERL_CONFIG_NAME
     config_dir: str | None = None
+    groups: tuple[str, ...] = ()
 
     @property
     def option(self) -> str:
         """Its option name in the kit's ``verl_base`` config group (``verl_base@verl=<option>``): the
-        config name in verl's folder, ``recipe_<name>`` in a recipe's (which may reuse verl's names)."""
-        return f"recipe_{self.name}" if self.config_dir else self.name
+        config name in verl's folder, ``recipe_<name>`` in a recipe's (which may reuse verl's names), then
+        ``__<group>-<choice>`` per group choice (``ppo_trainer__model_engine-megatron``)."""
+        base = f"recipe_{self.name}" if self.config_dir else self.name
+        return base + "".join(f"__{g.replace('=', '-', 1)}" for g in self.groups)
 
     def folder(self) -> Path:
         return Path(self.config_dir) if self.config_dir else verl_config_dir()
 
     def hydra_overrides(self) -> list[str]:
         """The search-path override a recipe's folder needs (its own ``file://verl/trainer/config``
-        is relative to a verl checkout); [] for verl's own folder."""
-        return [f"hydra.searchpath=[file://{verl_config_dir()}]"] if self.config_dir else []
+        is relative to a verl checkout; [] for verl's own folder), then the group choices."""
+        return [*([f"hydra.searchpath=[file://{verl_config_dir()}]"] if self.config_dir else []), *self.groups]
+
+
+def config_groups(ref: VerlConfigRef) -> frozenset[str]:
+    """The root-level Hydra config groups ``ref`` composes from: the sub-folders of its config folder
+    (and of verl's, on a recipe's search path), e.g. verl's ``model_engine``, ``actor``, ``data``.
+
+    Hydra reads ``name=<choice>`` with such a ``name`` as a group choice (``model_engine=megatron``
+    selects ``model_engine/megatron.yaml``), not as a value."""
+    folders = {ref.folder(), verl_config_dir()} if ref.config_dir else {ref.folder()}
+    return frozenset(
+        p.name for f in folders if f.is_dir() for p in f.iterdir() if p.is_dir() and not p.name.startswith("__")
+    )
 
 
 #: The config this process composes (:func:`use`); verl's ``ppo_trainer`` unless a point or script says otherwise.
@@ -161,11 +178,12 @@ def cache_dir() -> Path:
 
 def ref_key(ref: VerlConfigRef) -> str:
     """:func:`defaults_key` of verl's folder, and for another config than ``ppo_trainer`` its name,
-    folder and (a recipe's) files too: a hex digest of what ``ref``'s composed defaults depend on."""
+    folder, group choices and (a recipe's) files too: a hex digest of what ``ref``'s composed defaults depend on."""
     key = defaults_key(verl_config_dir())
     if ref == VerlConfigRef():
         return key
-    digest = hashlib.sha256(f"{key}\0{ref.name}\0{ref.config_dir}".encode())
+    groups = f"\0{','.join(ref.groups)}" if ref.groups else ""
+    digest = hashlib.sha256(f"{key}\0{ref.name}\0{ref.config_dir}{groups}".encode())
     if ref.config_dir:
         _digest_files(digest, ref.folder())
     return digest.hexdigest()[:32]

@@ -706,7 +706,8 @@ def expand_argv(argv: list[str], environ: Mapping[str, str]) -> tuple[list[str],
     ``cluster.gpus_per_node``) unless the command sets it; with a config
     other than verl's ``ppo_trainer`` (Megatron's ``ppo_megatron_trainer``, a recipe's entry and
     folder: :func:`grpokit.config.verl_entry.locate`, ``recipe_root=<checkout>`` on the command) the
-    ``verl_entry.*`` and ``verl_base@verl`` overrides that select it, and it becomes this process's
+    ``verl_entry.*`` and ``verl_base@verl`` overrides that select it (a config-group choice such as
+    ``model_engine=megatron`` among them, not a ``verl.*`` key), and it becomes this process's
     composed config (:func:`grpokit.config.verl_schema.use`); ``lines``: what was taken from where,
     for the terminal. ``argv`` unchanged when it names no script.
 
@@ -726,7 +727,7 @@ def expand_argv(argv: list[str], environ: Mapping[str, str]) -> tuple[list[str],
     check_config(entry, path)
     use(entry.ref)
     typed = {_key(a) for a in argv if "=" in a or a.startswith("~")}
-    kept = [o for o in inv.overrides if f"verl.{_key(o)}" not in typed]
+    kept = [o for o in inv.overrides if f"verl.{_key(o)}" not in typed and o not in entry.groups]
     won = [_key(o) for o in inv.overrides if f"verl.{_key(o)}" in typed]
     extra = entry.kit_overrides()
     if not any(a.startswith("experiment=") for a in argv):
@@ -741,7 +742,7 @@ def expand_argv(argv: list[str], environ: Mapping[str, str]) -> tuple[list[str],
         if kit_key not in typed and f"verl.{verl_key}" not in typed:  # the script's, else verl's default
             extra.append(f"{kit_key}={values[verl_key] if verl_key in values else _verl_default(verl_key)}")
     config = f" in {entry.config_dir}" if entry.config_dir else ""
-    config = "" if entry.is_default() else f" ({entry.config_name}{config})"
+    config = "" if entry.is_default() else f" ({' '.join([entry.config_name, *entry.groups])}{config})"
     lines = [
         f"verl_script={path}: {len(kept)} setting(s) of {inv.module}{config}"
         + f" from {inv.source}"

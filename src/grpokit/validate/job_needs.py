@@ -16,14 +16,16 @@ profiler (any ``*.profiler.tool``)
 ``actor_rollout_ref.rollout.name``     its engine's package (:data:`ENGINE_PACKAGES`), in an
                                        environment that trains (one with any rollout engine)
 ``actor.strategy=megatron``            ``megatron-core``, and the bridge verl builds the model with
-(``ppo_megatron_trainer``)             (``megatron.vanilla_mbridge``: ``mbridge``, else
-                                       ``megatron-bridge``; :data:`MEGATRON_BRIDGES`), likewise
-``attn_implementation=flash_*``        ``flash-attn``, likewise
+(``ppo_megatron_trainer``,             (``megatron.vanilla_mbridge``: ``mbridge``, else
+``model_engine=megatron``)             ``megatron-bridge``; :data:`MEGATRON_BRIDGES`), in any
+                                       environment (the script's own package, as a logger's is)
+``attn_implementation=flash_*``        ``flash-attn``, in an environment that trains
 ====================================  ==========================================================
 
 An environment with no rollout engine at all cannot train (the kit's CPU login and test
-environments): its engine checks are left out, the job then ends ``skipped_no_gpu`` on a node
-without a GPU. The rehearsal trainer (``rehearse=true``) needs no engine either; its loggers are
+environments): its engine checks are left out (not Megatron's: a Megatron script needs its packages
+wherever it runs), the job then ends ``skipped_no_gpu`` on a node without a GPU. The rehearsal
+trainer (``rehearse=true``) needs no engine either; its loggers are
 verl's real ones and are checked. An interpreter that could not be asked (a container's path
 that exists on the GPU nodes only) gives no refusal: the dry run says so (:func:`notices`).
 """
@@ -109,8 +111,12 @@ def check(
     environ = dict(os.environ) if environ is None else environ
     problems = _logger_problems(spec, cfg, env, environ)
     problems += _device_problems(spec, cfg, env)
-    if env.error is None and not bool(getattr(spec.runtime, "rehearsal", False)) and _trains(env):
+    rehearsal = bool(getattr(spec.runtime, "rehearsal", False))
+    if env.error is None and not rehearsal and _trains(env):
         problems += _engine_problems(spec, cfg, env)
+    megatron = str(OmegaConf.select(cfg, "actor_rollout_ref.actor.strategy", default="")) == "megatron"
+    if env.error is None and not rehearsal and megatron:
+        problems += _megatron_problems(spec, cfg, env)
     return problems
 
 
@@ -264,9 +270,6 @@ def _engine_problems(spec: PointSpec, cfg: DictConfig, env: JobEnvironment) -> l
                 f"verl.actor_rollout_ref.rollout.name={have[0]}, or install {package} in the job's environment",
             )
         )
-    strategy = str(OmegaConf.select(cfg, "actor_rollout_ref.actor.strategy", default=""))
-    if strategy == "megatron":
-        problems += _megatron_problems(spec, cfg, env)
     attn = str(OmegaConf.select(cfg, "actor_rollout_ref.model.override_config.attn_implementation", default=""))
     if attn.startswith("flash_attention") and not env.version_of(FLASH_ATTN_PACKAGE):
         problems.append(

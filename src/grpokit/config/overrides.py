@@ -103,7 +103,8 @@ def verl_overrides(cfg: DictConfig) -> list[str]:
 
     Returns:
         Overrides in a stable (sorted) order, e.g. ``["data.train_batch_size=8",
-        "+actor_rollout_ref.model.override_config.attn_implementation=eager"]``.
+        "+actor_rollout_ref.model.override_config.attn_implementation=eager"]`` (``++`` for a new key
+        below a mapping verl's YAML sets to an interpolation: :func:`_below_interpolation`).
     """
     base = flat_base()
     raw = raw_leaves(cfg.verl)
@@ -116,6 +117,17 @@ def verl_overrides(cfg: DictConfig) -> list[str]:
             value = OmegaConf.select(cfg, f"verl.{key}", throw_on_missing=True)
             if OmegaConf.is_config(value):
                 value = OmegaConf.to_container(value, resolve=True)
-        prefix = "" if key in base else "+"
+        prefix = "" if key in base else "++" if _below_interpolation(key, base) else "+"
         out.append(f"{prefix}{key}={format_value(value)}")
     return out
+
+
+def _below_interpolation(key: str, base: Mapping[str, Any]) -> bool:
+    """Whether a parent of ``key`` is, in verl's defaults ``base``, an interpolation (the ref's
+    ``megatron.override_transformer_config: ${oc.select:actor_rollout_ref.actor.megatron...}``): the key may
+    be there already through it, so Hydra must force-add it (``++``; ``+`` says "An item is already at")."""
+    parts = key.split(".")
+    return any(
+        isinstance(base.get(".".join(parts[:i])), str) and "${" in base[".".join(parts[:i])]
+        for i in range(1, len(parts))
+    )

@@ -159,14 +159,23 @@ def read_declared(base: DictConfig) -> dict[str, str]:
     return out
 
 
-@functools.lru_cache(maxsize=1)
 def declared() -> dict[str, str]:
-    """:func:`read_declared` of the installed verl, kept in the kit's cache folder.
+    """:func:`read_declared` of the installed verl for the active config
+    (:func:`grpokit.config.verl_schema.active`: Megatron's sections are declared by Megatron's classes),
+    kept in the kit's cache folder.
 
-    The file's name digests verl's composed-defaults key and the path, size and time of every
-    source file the annotations are read from (an edited dataclass gives another name).
+    The file's name digests the config's defaults key (:func:`grpokit.config.verl_schema.ref_key`) and
+    the path, size and time of every source file the annotations are read from (an edited dataclass
+    gives another name).
     """
-    from grpokit.config.verl_schema import cached_json, defaults_key, verl_base, verl_config_dir
+    from grpokit.config.verl_schema import active
+
+    return _declared_of(active())
+
+
+@functools.lru_cache(maxsize=4)
+def _declared_of(ref) -> dict[str, str]:
+    from grpokit.config.verl_schema import base_of, cached_json, ref_key, verl_config_dir
 
     verl_dir = verl_config_dir().parent.parent
     files = [
@@ -174,8 +183,11 @@ def declared() -> dict[str, str]:
         for folder in ("workers/config", "trainer/config", "utils/profiler")
         for f in sorted((verl_dir / folder).glob("*.py"))
     ]
-    seed = defaults_key(verl_config_dir()) + ":with-fields-absent-from-yaml"
-    return cached_json("verl_types", seed, files, lambda: read_declared(verl_base()))
+    seed = ref_key(ref) + ":with-fields-absent-from-yaml"
+    return cached_json("verl_types", seed, files, lambda: read_declared(base_of(ref)))
+
+
+declared.cache_clear = _declared_of.cache_clear  # type: ignore[attr-defined]
 
 
 def declared_kinds(key: str) -> frozenset[str] | None:

@@ -66,8 +66,9 @@ def _open_parent(key: str, base: dict) -> bool:
         parent = ".".join(parts[:i])
         if parent not in base and "dict" in (declared_kinds(parent) or ()):
             return True  # a mapping field verl's dataclass declares and its YAML leaves out (mixed_precision)
-        if parent in base:
-            return base[parent] == {}  # an empty mapping in verl's YAML is meant to be filled
+        if parent in base:  # an empty mapping in verl's YAML is meant to be filled, and so is a mapping verl's
+            # dataclass declares that the YAML sets to an interpolation (the ref's megatron.override_transformer_config)
+            return base[parent] == {} or "dict" in (declared_kinds(parent) or ())
     return False
 
 
@@ -104,7 +105,7 @@ def check_added_keys(spec: PointSpec) -> list[Problem]:
     for item in spec.verl_overrides:
         if not item.startswith("+"):
             continue
-        key = item[1:].split("=", 1)[0]
+        key = item.lstrip("+").split("=", 1)[0]
         if not _open_parent(key, base) and not verl_legacy.legacy(key):  # a legacy key: legacy_keys says why
             problems.append(
                 Problem(

@@ -5,14 +5,16 @@
   stand-in trainer given the recipe's ``--config-path``/``--config-name`` and the recipe checkout on
   ``PYTHONPATH``; the kit's metrics, checkpoints and status as for ``main_ppo`` (the stand-in's signal
   and save-request handling is the one ``main_ppo``'s rehearsals use: tests/integration/test_rehearsal_*).
-- A Megatron script (``--config-name=ppo_megatron_trainer``) dry-run for the local cluster: verl's
-  Megatron config composed and validated, its parallel sizes against the script's 2 GPUs, and the
-  Slurm request ``sbatch --test-only`` accepts. (Running Megatron needs a GPU.)
+- A Megatron script (``--config-name=ppo_megatron_trainer``) dry-run for the local cluster: refused, naming
+  megatron-core, in this environment (which lacks it); with Megatron's packages' metadata on ``PYTHONPATH``
+  (a stand-in: Megatron itself needs a GPU), verl's Megatron config composed and validated, its parallel
+  sizes against the script's 2 GPUs, and the Slurm request ``sbatch --test-only`` accepts.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -89,16 +91,18 @@ def test_a_megatron_script_dry_runs_for_the_cluster(kit, slurm, tmp_path, tiny_m
         "    trainer.nnodes=1 \\\n"
         "    trainer.total_epochs=1 $@\n"
     )
-    out = kit.run(
-        "sweep.py",
-        [
-            f"verl_script={script}",
-            *kit.slurm_cluster,
-            f"logs_root={tmp_path / 'logs'}",
-            "sweep_name=megatron",
-            "dry_run=true",
-        ],
-    )
+    args = [f"verl_script={script}", *kit.slurm_cluster, f"logs_root={tmp_path / 'logs'}", "dry_run=true"]
+    lacking = kit.run("sweep.py", [*args, "sweep_name=megatron0"])
+    assert lacking.returncode == 2 and "Traceback" not in lacking.stderr
+    assert "strategy megatron needs megatron-core, which the job's Python" in lacking.stderr
+    standin = tmp_path / "megatron_packages"  # the packages' metadata, as the job's Python would list them
+    for name, version in (("megatron_core", "0.16.0"), ("megatron_bridge", "0.2.0")):
+        (standin / f"{name}-{version}.dist-info").mkdir(parents=True)
+        (standin / f"{name}-{version}.dist-info" / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: {version}\n"
+        )
+    env = {**kit.env(), "PYTHONPATH": os.pathsep.join(filter(None, [str(standin), os.environ.get("PYTHONPATH")]))}
+    out = kit.run("sweep.py", [*args, "sweep_name=megatron"], env=env)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     dry = (tmp_path / "logs" / "megatron" / "dry_run.md").read_text()
     assert "verl.trainer.main_ppo \\\n  --config-name \\\n  ppo_megatron_trainer \\\n" in dry
@@ -114,6 +118,7 @@ def test_a_megatron_script_dry_runs_for_the_cluster(kit, slurm, tmp_path, tiny_m
             "dry_run=true",
             "verl.actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4",
         ],
+        env=env,
     )
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert (

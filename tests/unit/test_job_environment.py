@@ -198,3 +198,20 @@ def test_megatron_packages_the_training_environment_lacks_are_refused_naming_eac
     assert problem.message.startswith("strategy megatron needs mbridge, which")
     packages["mbridge"] = "0.15.1"
     assert job_needs.check(spec, cfg, JobEnvironment("/gpu/python", "3.12.3", packages), {}) == []
+
+
+
+def test_megatron_packages_are_needed_in_an_environment_without_a_rollout_engine(base, cache):
+    """A Megatron script (here ``model_engine=megatron``, verl's group choice) needs megatron-core wherever the
+    job's Python runs it, as a logger's package is: an environment without vLLM is still refused for it
+    (verl's examples/ppo_trainer/run_qwen3_8b_megatron.sh: verl's own run stops there)."""
+    from grpokit.config.verl_schema import VerlConfigRef, compose_verl
+
+    cfg = compose_verl(["trainer.logger=[console]"], VerlConfigRef(groups=("model_engine=megatron",)))
+    packages = {"verl": "0.9.1", "tensorboard": "2.21.0"}  # no rollout engine: the kit's CPU environments
+    (problem,) = job_needs.check(point(base), cfg, JobEnvironment("/cpu/python", "3.12.3", packages), {})
+    assert problem.message == (
+        "strategy megatron needs megatron-core, which the job's Python (/cpu/python) does not have"
+    )
+    fsdp = compose_verl(["trainer.logger=[console]"])
+    assert job_needs.check(point(base), fsdp, JobEnvironment("/cpu/python", "3.12.3", packages), {}) == []

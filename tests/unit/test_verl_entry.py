@@ -227,3 +227,87 @@ def test_a_recipe_config_that_does_not_extend_ppo_trainer_is_refused(kit, tmp_pa
     out = kit.run("sweep.py", [f"verl_script={script}", "dry_run=true", f"logs_root={tmp_path / 'logs'}"])
     assert out.returncode == 2 and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert "does not compose with verl's config folder on the search path (" in out.stderr
+
+
+def test_a_config_group_choice_composes_verls_config_with_it(tmp_path):
+    """``model_engine=megatron`` on ``main_ppo`` with ``ppo_trainer``
+    (verl's examples/ppo_trainer/run_qwen3_8b_megatron.sh) is a choice of verl's ``model_engine`` config group
+    (a folder of verl's config folder), not a value: the kit composes ``ppo_trainer`` with it (Megatron's actor,
+    ref and critic), and the job passes it to verl."""
+    from grpokit.config.overrides import flat_base
+    from grpokit.config.verl_schema import active, base_of, config_groups
+
+    assert "model_engine" in config_groups(VerlConfigRef()) and "trainer" not in config_groups(VerlConfigRef())
+    script = tmp_path / "run.sh"
+    given = VerlInvocation(
+        "verl.trainer.main_ppo", None, None, ("model_engine=megatron", "+model_engine.x=1", "trainer.nnodes=1"),
+        "run.sh:3", {},
+    )
+    entry = locate(given, script)
+    assert entry == Entry(groups=("model_engine=megatron",)) and not entry.is_default()
+    assert entry.ref == VerlConfigRef(groups=("model_engine=megatron",))
+    assert entry.ref.option == "ppo_trainer__model_engine-megatron"
+    assert entry.trainer_args() == [
+        "-m", "verl.trainer.main_ppo", "--config-name", "ppo_trainer", "model_engine=megatron",
+    ]
+    assert entry.kit_overrides() == [
+        "verl_base@verl=ppo_trainer__model_engine-megatron",
+        "++verl_entry.groups=['model_engine=megatron']",
+    ]
+    assert Entry.of({"groups": ["model_engine=megatron"]}) == entry  # point.json's list
+    cfg = base_of(entry.ref)
+    assert cfg.actor_rollout_ref.actor.strategy == "megatron" and cfg.critic.strategy == "megatron"
+    use(entry.ref)
+    assert active() == entry.ref
+    assert "actor_rollout_ref.actor.megatron.tensor_model_parallel_size" in flat_base()
+    meg = tmp_path / "meg.sh"
+    meg.write_text(
+        "python3 -m verl.trainer.main_ppo model_engine=megatron \\\n"
+        "  actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2 trainer.n_gpus_per_node=2\n"
+    )
+    argv, lines = expand_argv([f"verl_script={meg}"], {})
+    assert "verl_base@verl=ppo_trainer__model_engine-megatron" in argv
+    assert not any("model_engine" in a for a in argv if a.startswith("verl."))
+    assert lines[0].startswith(f"verl_script={meg}: 2 setting(s) of verl.trainer.main_ppo (ppo_trainer model_engine=")
+
+
+def test_a_bad_group_choice_is_one_line(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text("python3 -m verl.trainer.main_ppo model_engine=nosuch trainer.nnodes=1\n")
+    with pytest.raises(ScriptError) as err:
+        expand_argv([f"verl_script={script}"], {})
+    assert str(err.value).startswith(f"verl_script={script}: verl's ppo_trainer does not compose with the script's ")
+    assert "model_engine=nosuch" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_key_below_the_refs_interpolated_override_transformer_config_is_appended_as_verl_does():
+    """verl's examples/grpo_trainer/run_qwen2-7b_math_megatron_fsdp.sh appends
+    ``++...ref.megatron.override_transformer_config.gradient_accumulation_fusion``: verl's McoreEngineConfig
+    declares the field ``dict[str, Any]`` (open), the ref's YAML sets it to an interpolation of the actor's."""
+    from omegaconf import OmegaConf
+
+    from grpokit.config.overrides import flat_base, verl_overrides
+    from grpokit.config.verl_schema import apply_overrides
+    from grpokit.config.verl_types import declared_kinds
+    from grpokit.validate.verl_check import _open_parent
+
+    use(VerlConfigRef(MEGATRON_CONFIG_NAME))
+    ref_key = "actor_rollout_ref.ref.megatron.override_transformer_config"
+    assert flat_base()[ref_key].startswith("${oc.select:") and "dict" in declared_kinds(ref_key)
+    for section in ("actor", "ref"):
+        key = f"actor_rollout_ref.{section}.megatron.override_transformer_config.gradient_accumulation_fusion"
+        assert _open_parent(key, flat_base())
+    assert not _open_parent("actor_rollout_ref.ref.megatron.no_such_key", flat_base())  # a closed dataclass
+    cfg = OmegaConf.create({"verl": {"actor_rollout_ref": {}}})
+    for section in ("actor", "ref"):
+        added = {"megatron": {"override_transformer_config": {"gradient_accumulation_fusion": False}}}
+        cfg.verl.actor_rollout_ref[section] = added
+    overrides = [o for o in verl_overrides(cfg) if "gradient_accumulation_fusion" in o]
+    assert overrides == [
+        "+actor_rollout_ref.actor.megatron.override_transformer_config.gradient_accumulation_fusion=false",
+        "++actor_rollout_ref.ref.megatron.override_transformer_config.gradient_accumulation_fusion=false",
+    ]
+    composed = apply_overrides(overrides)  # the kit's composition, as verl's own takes the script's ++
+    assert composed.actor_rollout_ref.ref.megatron.override_transformer_config.gradient_accumulation_fusion is False
+    verls = compose_verl(overrides)
+    assert verls.actor_rollout_ref.ref.megatron.override_transformer_config.gradient_accumulation_fusion is False

@@ -10,6 +10,7 @@ of bash itself with ``python3`` replaced by a printer of its arguments.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import textwrap
@@ -276,15 +277,42 @@ def test_a_megatron_script_composes_against_ppo_megatron_trainer(kit, tmp_path, 
         ),
         "meg.sh",
     )
-    out = kit.run(
-        "sweep.py",
-        [f"verl_script={megatron}", "dry_run=true", f"logs_root={tmp_path / 'logs'}", "sweep_name=meg"],
-    )
+    args = [f"verl_script={megatron}", "dry_run=true", f"logs_root={tmp_path / 'logs'}"]
+    lacking = kit.run("sweep.py", [*args, "sweep_name=meg0"])  # this environment has no megatron-core
+    assert lacking.returncode == 2 and "Traceback" not in lacking.stderr
+    assert "strategy megatron needs megatron-core, which the job's Python" in lacking.stderr
+    env = megatron_packages(kit, tmp_path)
+    out = kit.run("sweep.py", [*args, "sweep_name=meg"], env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     text = (tmp_path / "logs" / "meg" / "dry_run.md").read_text()
     assert "verl.trainer.main_ppo \\\n  --config-name \\\n  ppo_megatron_trainer \\\n" in text
     (command,) = commands_of(tmp_path / "logs" / "meg" / "dry_run.md")
     assert "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2" in command
+    config = "--config-path=config --config-name='ppo_megatron_trainer.yaml'"
+    # verl's examples/ppo_trainer/run_qwen3_8b_megatron.sh: ppo_trainer with a group choice
+    engine = write(tmp_path, megatron.read_text().replace(config, "model_engine=megatron"), "engine.sh")
+    out = kit.run("sweep.py", [f"verl_script={engine}", *args[1:], "sweep_name=engine"], env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = (tmp_path / "logs" / "engine" / "dry_run.md").read_text()
+    assert "verl.trainer.main_ppo \\\n  --config-name \\\n  ppo_trainer \\\n  model_engine=megatron \\\n" in text
+    (command,) = commands_of(tmp_path / "logs" / "engine" / "dry_run.md")
+    assert "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2" in command
+    assert "verl.model_engine" not in command and command.count("model_engine=megatron") == 1
+    manifest = (tmp_path / "logs" / "engine" / "manifest.json").read_text()  # each point's kit overrides
+    assert "verl_base@verl=ppo_trainer__model_engine-megatron" in manifest
+    assert json.dumps("++verl_entry.groups=['model_engine=megatron']") in manifest
+
+
+def megatron_packages(kit, tmp_path: Path) -> dict[str, str]:
+    """The environment with Megatron's packages' metadata on ``PYTHONPATH`` (a stand-in: Megatron needs a GPU),
+    as the job's Python would list them."""
+    standin = tmp_path / "megatron_packages"
+    for name, version in (("megatron_core", "0.16.0"), ("megatron_bridge", "0.2.0")):
+        (standin / f"{name}-{version}.dist-info").mkdir(parents=True, exist_ok=True)
+        (standin / f"{name}-{version}.dist-info" / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: {version}\n"
+        )
+    return {**kit.env(), "PYTHONPATH": os.pathsep.join(filter(None, [str(standin), os.environ.get("PYTHONPATH")]))}
 
 
 def test_an_unknown_config_or_a_missing_recipe_is_refused_in_one_line(kit, tmp_path):

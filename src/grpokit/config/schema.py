@@ -774,8 +774,9 @@ class RootConf:
     # <recipe_root>/recipe/dapo/main_dapo.py); null: the script's folder and those above it, then here.
     recipe_root: str | None = None
     # The trainer the points run and the verl config they compose (grpokit.config.verl_entry.Entry:
-    # module, config_name, config_dir, pythonpath; {}: verl's main_ppo with ppo_trainer): set from a
-    # verl_script's command (Megatron's ppo_megatron_trainer, a recipe's entry and config folder), not by hand.
+    # module, config_name, config_dir, pythonpath, groups; {}: verl's main_ppo with ppo_trainer): set from a
+    # verl_script's command (Megatron's ppo_megatron_trainer or model_engine=megatron, a recipe's entry and config
+    # folder), not by hand.
     verl_entry: dict[str, Any] = dataclasses.field(default_factory=dict)
     # Chained evaluation (grpokit.submit.chain), e.g. after=[merge,eval]: per point a job that starts once
     # the point's own job ended well (sbatch --dependency=afterok:<its task>), merges its final checkpoint

@@ -356,6 +356,7 @@ STORED = (
     "verl@1dda039b9c63/examples/grpo_trainer/run_gpt_oss_20b_fsdp.sh",  # a key verl lacks
     "verl@1dda039b9c63/examples/rollout_correction/run_qwen2_5_7b_fsdp.sh",  # verl's default 8 GPUs
     "verl@1dda039b9c63/examples/ppo_trainer/run_qwen3_8b_megatron.sh",  # model_engine=megatron
+    "verl@1dda039b9c63/examples/grpo_trainer/run_qwen2-7b_math_megatron_fsdp.sh",  # ++ below the ref's interpolation
     "verl-recipe@48ea0a797fa2/char_count/train_grpo.sh",  # a key verl 0.9.1 removed
     "verl-recipe@48ea0a797fa2/dapo/test_dapo_7b_math.sh",  # reward_model.* that main_ppo never reads
     "verl-recipe@48ea0a797fa2/dapo/test_dapo_7b_math_megatron.sh",  # ppo_megatron_trainer

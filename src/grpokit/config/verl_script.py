@@ -102,8 +102,11 @@ def _closes(text: str) -> bool:
     return _paren_depth(text) <= 0
 
 
-def _paren_depth(text: str) -> int:
-    depth, state, escaped = 0, None, False
+def _plain(text: str):
+    """``(index, char, quoting)`` of each character of ``text`` that bash reads as text, ``quoting``
+    being None, ``"'"`` or ``'"'``; the quote characters that open or close, a backslash (outside
+    single quotes) and the character it escapes are skipped. The one quote scanner of this module."""
+    state, escaped = None, False
     for i, ch in enumerate(text):
         if escaped:
             escaped = False
@@ -113,11 +116,20 @@ def _paren_depth(text: str) -> int:
             state = ch
         elif ch == state:
             state = None
-        elif state is None and ch == "#" and (i == 0 or text[i - 1] in " \t("):
+        else:
+            yield i, ch, state
+
+
+def _paren_depth(text: str) -> int:
+    depth = 0
+    for i, ch, state in _plain(text):
+        if state is not None:
+            continue
+        if ch == "#" and (i == 0 or text[i - 1] in " \t("):
             break
-        elif state is None and ch == "(" and not text[:i].endswith("$"):
+        if ch == "(" and not text[:i].endswith("$"):
             depth += 1
-        elif state is None and ch == ")":
+        elif ch == ")":
             depth -= 1
     return depth
 
@@ -125,33 +137,21 @@ def _paren_depth(text: str) -> int:
 def _statements(line: str) -> list[str]:
     """``line`` split at ``;`` and ``;;`` outside quotes, ``$(...)`` and ``{ ... }`` (``;;`` kept as a
     statement of its own: the end of a ``case`` branch)."""
-    out, current, state, escaped, depth = [], [], None, False, 0
-    i = 0
-    while i < len(line):
-        ch = line[i]
-        if escaped:
-            escaped = False
-        elif ch == "\\" and state != "'":
-            escaped = True
-        elif state is None and ch in "'\"":
-            state = ch
-        elif ch == state:
-            state = None
-        elif state is None and ch in "({":
+    out, start, depth, skip = [], 0, 0, -1
+    for i, ch, state in _plain(line):
+        if state is not None or i == skip:
+            continue
+        if ch in "({":
             depth += 1
-        elif state is None and ch in ")}":
+        elif ch in ")}":
             depth -= 1 if depth > 0 else 0
-        elif state is None and depth == 0 and ch == ";":
-            out.append("".join(current).strip())
-            current = []
+        elif depth == 0 and ch == ";":
+            out.append(line[start:i].strip())
             if line[i : i + 2] == ";;":
                 out.append(";;")
-                i += 1
-            i += 1
-            continue
-        current.append(ch)
-        i += 1
-    out.append("".join(current).strip())
+                skip = i + 1
+            start = i + (2 if skip == i + 1 else 1)
+    out.append(line[start:].strip())
     return [s for s in out if s]
 
 
@@ -647,21 +647,8 @@ _CLOSERS = frozenset({"fi", "esac", "done"})
 def _protect_single_quoted(line: str) -> str:
     """``line`` with each ``$`` inside single quotes hidden (bash expands nothing there); single quotes
     inside double quotes are plain characters (``"['$a', '$b']"`` expands both)."""
-    out, state = [], None  # None, "'" or '"'
-    escaped = False
-    for ch in line:
-        if escaped:
-            escaped = False
-        elif ch == "\\" and state != "'":
-            escaped = True
-        elif state is None and ch in "'\"":
-            state = ch
-        elif ch == state:
-            state = None
-        elif ch == "$" and state == "'":
-            ch = _SQ
-        out.append(ch)
-    return "".join(out)
+    hidden = {i for i, ch, state in _plain(line) if ch == "$" and state == "'"}
+    return "".join(_SQ if i in hidden else ch for i, ch in enumerate(line))
 
 
 def _restore(word: str) -> str:
